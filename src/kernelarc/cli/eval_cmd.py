@@ -1,7 +1,174 @@
-"""Placeholder until the eval command lands (being written this session)."""
+"""``kernelarc eval``: judge one solution on a problem's workloads with the guard."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from kernelarc.errors import KernelArcError
 
 
-def eval_command() -> None:
-    raise typer.Exit(2)
+def _fmt_ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v * 1000:.1f} µs" if v < 1 else f"{v:.3f} ms"
+
+
+def _bounds(problem: Any, workloads: list[Any], device: str, profile_name: str | None,
+            err: Console) -> dict[str, float]:
+    """T_sol per workload (ms) for the chosen profile; empty when it cannot be computed."""
+    try:
+        from kernelarc.roofline.flops import count_workload
+        from kernelarc.roofline.profiles import get_profile
+        from kernelarc.roofline.score import t_sol_ms
+    except ImportError as e:  # the roofline layer is optional for judging
+        err.print(f"[yellow]no roofline bounds: {e}[/]")
+        return {}
+    name = profile_name or ("local-cuda" if device.startswith("cuda") else "cpu")
+    try:
+        profile = get_profile(name)
+    except Exception as e:
+        err.print(f"[yellow]no roofline bounds for profile {name!r}: {e}[/]")
+        return {}
+    out: dict[str, float] = {}
+    for wl in workloads:
+        try:
+            cost = count_workload(problem.definition, wl)
+            ms, _ = t_sol_ms(cost, profile)
+        except Exception as e:
+            err.print(f"[yellow]bound of workload {wl.uuid[:8]} not computed: {e}[/]")
+            continue
+        if ms is not None and ms > 0:
+            out[wl.uuid] = float(ms)
+    return out
+
+
+def eval_command(
+    problem_dir: Annotated[Path, typer.Argument(help="problem directory (definition.json + "
+                                                     "workload.jsonl) or a definition.json")],
+    solution: Annotated[Path, typer.Option("--solution", "-s", help="solution.json")],
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda[:N]")] = "auto",
+    timeout: Annotated[float, typer.Option(help="seconds per workload")] = 300.0,
+    workloads: Annotated[list[str] | None, typer.Option(
+        "--workloads", "-w", help="uuid, uuid prefix or index; repeatable or comma-separated"
+    )] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output",
+                                                help="write the trace JSONL here")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print traces as JSON lines")] = False,
+    strict_precision: Annotated[bool, typer.Option(
+        help="reject solutions that lower precision (TF32, bf16 compute) even if tolerated")
+    ] = False,
+    rounds: Annotated[int, typer.Option(help="correctness rounds per workload")] = 10,
+    warmup: Annotated[int, typer.Option(help="untimed warm-up calls")] = 10,
+    iterations: Annotated[int, typer.Option(help="timed calls per workload")] = 50,
+    seed: Annotated[int, typer.Option(help="base seed of the input protocol")] = 200,
+    compile_baseline: Annotated[bool, typer.Option(
+        "--compile-baseline", help="also time torch.compile of the reference")] = False,
+    profile: Annotated[str | None, typer.Option(
+        help="roofline profile for the bound (h100, h200, b200, cpu; default: this device)")
+    ] = None,
+    cupti: Annotated[str, typer.Option(help="auto, on or off")] = "auto",
+) -> None:
+    """Judge SOLUTION on PROBLEM_DIR: correctness (official rules and extra defences),
+    timing, reward-hack checks. Exit code 0 only when every workload passed."""
+    err = Console(stderr=True)
+    try:
+        code = _run(problem_dir, solution, device, timeout, workloads, output, as_json,
+                    strict_precision, rounds, warmup, iterations, seed, compile_baseline,
+                    profile, cupti, err)
+    except KernelArcError as e:
+        err.print(f"[red]error:[/] {e}")
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
+
+
+def _run(problem_dir: Path, solution_path: Path, device: str, timeout: float,
+         workloads: list[str] | None, output: Path | None, as_json: bool, strict: bool,
+         rounds: int, warmup: int, iterations: int, seed: int, compile_baseline: bool,
+         profile: str | None, cupti: str, err: Console) -> int:
+    from kernelarc.guard.evaluator import Guard, GuardConfig
+    from kernelarc.problem.loader import load_problem, load_solution
+
+    problem = load_problem(problem_dir)
+    sol = load_solution(solution_path)
+    if sol.definition != problem.definition.name:
+        err.print(f"[yellow]warning:[/] solution is for {sol.definition!r}, problem is "
+                  f"{problem.definition.name!r}")
+    chosen = problem.select(workloads) if workloads else list(problem.workloads)
+    for note in problem.notes:
+        err.print(f"[dim]note: {note}[/]")
+    cfg = GuardConfig(device=device, timeout=timeout, rounds=rounds, warmup=warmup,
+                      iterations=iterations, seed=seed, strict_precision=strict,
+                      time_compiled_reference=compile_baseline, cupti=cupti, warm_spare=False)
+    with Guard(problem, cfg) as guard:
+        err.print(f"judging {sol.name} on {problem.definition.name}: {len(chosen)} workloads, "
+                  f"device {guard.device}, isolation: {guard.isolation.description}")
+        result = guard.evaluate(sol, chosen)
+        dev = guard.device
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with open(output, "w") as f:
+            for t in result.traces:
+                f.write(t.model_dump_json() + "\n")
+    if as_json:
+        for t in result.traces:
+            sys.stdout.write(t.model_dump_json() + "\n")
+    else:
+        bounds = _bounds(problem, chosen, dev, profile, err)
+        out = Console()
+        if not out.is_terminal:
+            out = Console(width=160)
+        _table(result, bounds, out)
+    passed = sum(1 for t in result.traces if t.evaluation and t.evaluation.status.value == "PASSED")
+    err.print(f"{passed}/{len(result.traces)} workloads passed in {result.wall_s:.1f} s "
+              f"(phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.phases_s.items()) + ")")
+    if output is not None:
+        err.print(f"traces written to {output}")
+    return 0 if result.all_passed else 1
+
+
+def _table(result: Any, bounds: dict[str, float], console: Console) -> None:
+    table = Table(title=f"{result.solution}")
+    for col in ("#", "workload", "axes", "status", "latency", "reference", "speedup",
+                "of bound", "max abs err", "max rel err"):
+        table.add_column(col, justify="right" if col not in ("workload", "axes", "status")
+                         else "left")
+    speedups, fracs = [], []
+    for i, (trace, o) in enumerate(zip(result.traces, result.outcomes, strict=True)):
+        e = trace.evaluation
+        status = e.status.value + (f"[{o.check}]" if o.check else "")
+        color = "green" if status == "PASSED" else "red"
+        lat, ref = o.latency_ms, o.reference_ms
+        sp = (ref / lat) if lat and ref else None
+        bound = bounds.get(trace.workload.uuid)
+        frac = (bound / lat) if bound and lat else None
+        if sp:
+            speedups.append(sp)
+        if frac:
+            fracs.append(frac)
+        c = e.correctness
+        table.add_row(str(i), trace.workload.uuid[:8],
+                      " ".join(f"{k}={v}" for k, v in trace.workload.axes.items()),
+                      f"[{color}]{status}[/]", _fmt_ms(lat), _fmt_ms(ref),
+                      f"{sp:.2f}×" if sp else "-", f"{frac:.0%}" if frac else "-",
+                      f"{c.max_absolute_error:.2e}" if c else "-",
+                      f"{c.max_relative_error:.2e}" if c else "-")
+    console.print(table)
+    for trace in result.traces:
+        e = trace.evaluation
+        if e.status.value != "PASSED":
+            first = e.log.strip().splitlines()[0] if e.log.strip() else ""
+            console.print(f"[red]{trace.workload.uuid[:8]} {e.status.value}[/]: {first[:300]}")
+    if speedups:
+        gm = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+        line = f"geomean speedup vs eager reference: {gm:.2f}× over {len(speedups)} workloads"
+        if fracs:
+            gf = math.exp(sum(math.log(f) for f in fracs) / len(fracs))
+            line += f"; geomean fraction of bound: {gf:.1%}"
+        console.print(line)

@@ -1,0 +1,322 @@
+"""The candidate role of the worker: one solution, called under the sentinel.
+
+Per correctness round: inputs are generated from the round's seed (the same seed the
+reference worker gets), pristine copies kept, outputs pre-filled with NaN (destination
+passing) and the solution called. Then: the sentinel's post-call checks, outputs must be
+plain tensors on the right device that do not alias an input, inputs must be bit-identical
+to their copies, and the outputs are written as raw bytes for the judge.
+
+For timing, a pool of distinct input sets (from their own seeds) is placed at shifted
+addresses; the outputs of sampled timed calls are written for the judge too, so stale or
+cached results during timing are caught. A solution never sees the reference's ``run``:
+its module is the reference source with ``run`` removed (custom input generators stay).
+
+A worker hosts exactly one candidate; the parent replaces it after any failure.
+"""
+
+from __future__ import annotations
+
+import ast
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kernelarc.guard.sentinel import Policy, Sentinel, Violation
+from kernelarc.guard.worker import normalize_outputs, resolve_device
+
+
+def _without_run(source: str) -> str:
+    tree = ast.parse(source)
+    tree.body = [
+        n
+        for n in tree.body
+        if not (isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == "run")
+    ]
+    return ast.unparse(tree)
+
+
+def _viol(vs: list[Violation]) -> list[dict[str, str]]:
+    return [{"check": v.check, "detail": v.detail} for v in vs]
+
+
+def _storage_range(t: Any) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+
+class CandidateRole:
+    def __init__(self, msg: dict[str, Any]) -> None:
+        import torch
+
+        import kernelarc.guard.candidate as self_mod
+        import kernelarc.guard.compare as compare_mod
+        import kernelarc.guard.protocol as protocol_mod
+        import kernelarc.guard.sentinel as sentinel_mod
+        import kernelarc.guard.timing as timing_mod
+        import kernelarc.guard.worker as worker_mod
+        from kernelarc.guard.build import BuildArtifact, BuildError, load_entry
+        from kernelarc.problem.inputs import load_reference_module
+        from kernelarc.problem.schema import Definition
+
+        torch.set_grad_enabled(False)
+        self.device = resolve_device(msg["device"])
+        definition = Definition.model_validate(msg["definition"])
+        self.definition = definition
+        stripped = definition.model_copy(update={"reference": _without_run(definition.reference)})
+        self.gen_module = load_reference_module(stripped, name="kernelarc_inputs")
+        self.dps = bool(msg["dps"])
+        pol = msg["policy"]
+        art = msg["artifact"]
+        artifact = BuildArtifact(
+            **{**art, "root": Path(art["root"]), "module_path": Path(art["module_path"])}
+        )
+        self.sentinel = Sentinel(
+            Policy(
+                candidate_dir=Path(art["root"]),
+                forbidden_roots=tuple(Path(p) for p in pol["forbidden_roots"]),
+                problem_name=pol["problem_name"],
+                library_roots=tuple(Path(p) for p in pol["library_roots"]),
+            )
+        )
+        self.sentinel.install()
+        self.sentinel.arm(
+            [self_mod, compare_mod, protocol_mod, sentinel_mod, timing_mod, worker_mod]
+        )
+        self.fn: Any = None
+        self.load_error: dict[str, Any] | None = None
+        try:
+            self.fn = load_entry(artifact)
+        except BuildError as e:
+            self.load_error = {"error": "compile", "message": str(e), "log": e.log}
+        except BaseException as e:  # an import-time crash of the solution
+            self.load_error = {
+                "error": "compile",
+                "message": f"{type(e).__name__}: {e}",
+                "log": traceback.format_exc(limit=8),
+            }
+        self.import_violations = self.sentinel.check_after_call() + self.sentinel.take()
+
+    def setup_reply(self) -> dict[str, Any]:
+        from kernelarc.guard.worker import environment_info
+
+        if self.load_error:
+            return self.load_error
+        return {
+            "ok": True,
+            "violations": _viol(self.import_violations),
+            "precision": self.sentinel.precision_changes(),
+            "environment": environment_info(self.device),
+        }
+
+    # ------------------------------------------------------------------ helpers
+    def _generate(self, workload: Any, seed: int) -> list[Any]:
+        from kernelarc.problem.inputs import generate_inputs
+
+        gen = generate_inputs(
+            self.definition,
+            workload,
+            device=self.device,
+            seed=seed,
+            problem_root=None,
+            reference_module=self.gen_module,
+        )
+        return list(gen.values.values())
+
+    def _alloc_outputs(self, workload: Any) -> list[Any]:
+        import torch
+
+        from kernelarc.guard.timing import poison
+        from kernelarc.problem.axes import resolve_axes, resolve_shape
+        from kernelarc.problem.inputs import torch_dtype
+
+        env = resolve_axes(self.definition, workload)
+        outs = []
+        for spec in self.definition.outputs.values():
+            t = torch.empty(
+                resolve_shape(spec.shape, env) or (),
+                dtype=torch_dtype(spec.dtype),
+                device=self.device,
+            )
+            poison(t)
+            outs.append(t)
+        return outs
+
+    def _call(self, inputs: list[Any], outputs: list[Any]) -> tuple[Any, ...]:
+        if self.dps:
+            self.fn(*inputs, *outputs)
+            return tuple(outputs)
+        return normalize_outputs(self.fn(*inputs), len(self.definition.outputs))
+
+    def _output_violations(self, outs: tuple[Any, ...], inputs: list[Any]) -> list[Violation]:
+        import torch
+
+        found = []
+        ranges = [_storage_range(t) for t in inputs if isinstance(t, torch.Tensor)]
+        for name, t in zip(self.definition.outputs, outs, strict=False):
+            if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor:
+                found.append(
+                    Violation(
+                        "output-type",
+                        f"{name} is a {type(t).__qualname__}, not a plain torch.Tensor",
+                    )
+                )
+            elif isinstance(t, torch.Tensor) and t.device != self.device:
+                found.append(
+                    Violation("output-type", f"{name} is on {t.device}, expected {self.device}")
+                )
+            elif isinstance(t, torch.Tensor) and not self.dps and t.numel():
+                lo, hi = _storage_range(t)
+                if any(lo < b and a < hi for a, b in ranges):
+                    found.append(
+                        Violation("output-aliases-input", f"{name} shares memory with an input")
+                    )
+        return found
+
+    def _write(self, outs: tuple[Any, ...], tag: str, exchange: Path) -> list[dict[str, Any]]:
+        import torch
+
+        from kernelarc.guard.protocol import write_tensor
+
+        headers = []
+        for name, t in zip(self.definition.outputs, outs, strict=False):
+            if not isinstance(t, torch.Tensor):
+                headers.append({"kind": "object", "type": type(t).__qualname__})
+                continue
+            headers.append(write_tensor(t, exchange / f"{tag}_{name}.bin"))
+        return headers
+
+    def _bad_count(self, outs: tuple[Any, ...]) -> dict[str, Any] | None:
+        n = len(self.definition.outputs)
+        if len(outs) != n:
+            return {
+                "error": "outputs",
+                "message": f"returned {len(outs)} outputs, the definition has {n}",
+            }
+        return None
+
+    # ------------------------------------------------------------------ requests
+    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        from kernelarc.problem.schema import Workload
+
+        wl = Workload.model_validate(msg["workload"])
+        seed = int(msg["seed"])
+        with self.sentinel.harness():
+            inputs = self._generate(wl, seed)
+            pristine = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+            outputs = self._alloc_outputs(wl) if self.dps else []
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        try:
+            outs = self._call(inputs, outputs)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        except BaseException as e:
+            return {
+                "error": "runtime",
+                "message": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc(limit=10),
+                "violations": _viol(self.sentinel.take()),
+            }
+        found = self.sentinel.check_after_call()
+        with self.sentinel.harness():
+            for name, a, b in zip(self.definition.inputs, inputs, pristine, strict=True):
+                if isinstance(a, torch.Tensor) and not (
+                    a.shape == b.shape
+                    and a.dtype == b.dtype
+                    and torch.equal(
+                        a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
+                    )
+                ):
+                    found.append(Violation("input-mutation", f"input {name} was modified"))
+            found += self._output_violations(outs, inputs)
+            bad = self._bad_count(outs)
+            if bad:
+                return {**bad, "violations": _viol(self.sentinel.take() + found)}
+            ok_types = not any(v.check == "output-type" for v in found)
+            headers = (
+                self._write(outs, f"{wl.uuid[:12]}_{seed}", Path(msg["exchange_dir"]))
+                if ok_types
+                else []
+            )
+        return {
+            "ok": True,
+            "outputs": headers,
+            "violations": _viol(self.sentinel.take() + found),
+            "precision": self.sentinel.precision_changes(),
+        }
+
+    def time(self, msg: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        from kernelarc.guard.timing import poison, pool_size, shifted_copy, tensor_bytes, time_calls
+        from kernelarc.problem.schema import Workload
+
+        wl = Workload.model_validate(msg["workload"])
+        calls = int(msg["warmup"]) + int(msg["iterations"])
+        with self.sentinel.harness():
+            first = [shifted_copy(t, 64) for t in self._generate(wl, int(msg["seeds"][0]))]
+            n_pool = pool_size(tensor_bytes(first), min(calls, len(msg["seeds"])), self.device)
+            seeds = [int(s) for s in msg["seeds"][:n_pool]]
+            pool = [first] + [
+                [shifted_copy(t, 64) for t in self._generate(wl, s)] for s in seeds[1:]
+            ]
+            outs = [self._alloc_outputs(wl) if self.dps else [] for _ in seeds]
+        last: dict[int, tuple[Any, ...]] = {}
+        k = len(pool)
+        state = {"cycle": 0}
+
+        def before(i: int) -> None:
+            with self.sentinel.harness():
+                if i and i % k == 0:  # the pool wrapped: move every set to a new address
+                    state["cycle"] += 1
+                    shift = 64 * (1 + state["cycle"] % 32)
+                    for j, entry in enumerate(pool):
+                        pool[j] = [shifted_copy(t, shift) for t in entry]
+                for t in outs[i % k]:
+                    poison(t)
+
+        def call(i: int) -> None:
+            last[i % k] = self._call(pool[i % k], outs[i % k])
+
+        try:
+            res = time_calls(
+                call,
+                before,
+                warmup=int(msg["warmup"]),
+                iterations=int(msg["iterations"]),
+                device=self.device,
+                use_cupti=bool(msg.get("cupti")),
+            )
+        except BaseException as e:
+            return {
+                "error": "runtime",
+                "message": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc(limit=10),
+                "violations": _viol(self.sentinel.take()),
+            }
+        found = self.sentinel.check_after_call()
+        if res.escaped:
+            found.append(Violation("stream-escape", res.escape_detail))
+        with self.sentinel.harness():
+            sampled = {}
+            for j in sorted({(calls - 1) % k, (calls // 2) % k}):
+                if j in last:
+                    sampled[str(seeds[j])] = self._write(
+                        last[j], f"{wl.uuid[:12]}_t{seeds[j]}", Path(msg["exchange_dir"])
+                    )
+        pool.clear()
+        outs.clear()
+        last.clear()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return {
+            "ok": True,
+            "summary": res.summary(),
+            "samples_ms": res.samples_ms,
+            "pool": k,
+            "sampled": sampled,
+            "violations": _viol(self.sentinel.take() + found),
+            "precision": self.sentinel.precision_changes(),
+        }

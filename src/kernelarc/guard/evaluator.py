@@ -1,0 +1,248 @@
+"""The benchmark guard: one protocol that alone decides whether a candidate is correct and
+how fast it is.
+
+``Guard(problem, GuardConfig)`` owns a trusted *reference* worker (kept for the guard's
+lifetime; its reference outputs are cached across candidates) and one fresh *candidate*
+worker per solution (replaced after any failure). Per workload: ``rounds`` correctness
+rounds on fresh inputs from fixed derived seeds, then timing (warm-up + timed calls over a
+pool of distinct inputs), verification of sampled timed outputs, a re-check on fresh inputs,
+and the reference timed with the same protocol. Everything the verdict depends on is
+computed outside the candidate's process; the same candidate on the same device gets the
+same statuses (latencies vary within the measured noise).
+
+Status precedence per workload: a reward-hack finding beats every other status; then the
+first failing round's status. See ``docs/GUARD.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kernelarc.env import cache_dir as default_cache_dir
+from kernelarc.guard.isolation import (
+    Isolation,
+    WorkerCrashed,
+    WorkerProcess,
+    WorkerTimeout,
+    probe_isolation,
+    scrubbed_environment,
+)
+from kernelarc.guard.verdict import Verdict, WorkloadOutcome, make_trace
+from kernelarc.problem.loader import Problem
+from kernelarc.problem.schema import Solution, Trace, Workload
+
+
+class GuardConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    device: str = "auto"
+    timeout: float = Field(default=300.0, gt=0, description="seconds per workload")
+    setup_timeout: float = Field(default=300.0, gt=0)
+    build_timeout: float = Field(default=120.0, gt=0)
+    rounds: int = Field(default=10, ge=1)
+    warmup: int = Field(default=10, ge=0)
+    iterations: int = Field(default=50, ge=1)
+    seed: int = 200
+    strict_precision: bool = False
+    time_reference: bool = True
+    time_compiled_reference: bool = False
+    cupti: str = Field(default="auto", pattern="^(auto|on|off)$")
+    isolation: bool = True
+    warm_spare: bool = True
+    cache_dir: Path | None = None
+
+
+class EvalResult(BaseModel):
+    solution: str
+    traces: list[Trace]
+    outcomes: list[WorkloadOutcome]
+    wall_s: float
+    phases_s: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def all_passed(self) -> bool:
+        return all(t.evaluation is not None and t.evaluation.status.value == "PASSED"
+                   for t in self.traces)
+
+
+def resolve_device(name: str) -> str:
+    if name != "auto":
+        if name.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                from kernelarc.errors import KernelArcError
+
+                raise KernelArcError("--device cuda was asked for, but no CUDA device is "
+                                     "visible here; use --device cpu")
+        elif name != "cpu":
+            from kernelarc.errors import KernelArcError
+
+            raise KernelArcError(f"unknown device {name!r}: use auto, cpu or cuda[:N]")
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _library_roots(cache: Path) -> list[str]:
+    import site
+    import sysconfig
+
+    roots = {sys.prefix, sys.base_prefix, str(cache), "/usr", "/lib", "/lib64", "/opt",
+             "/usr/local", sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    with contextlib.suppress(Exception):
+        roots.update(site.getsitepackages())
+    return sorted(str(Path(r).resolve()) for r in roots if r)
+
+
+class Guard:
+    """Judge solutions of one problem. Use as a context manager (workers are closed)."""
+
+    def __init__(self, problem: Problem, config: GuardConfig | None = None) -> None:
+        self.problem = problem
+        self.config = config or GuardConfig()
+        self.device = resolve_device(self.config.device)
+        self.cache = (self.config.cache_dir or default_cache_dir()).resolve()
+        self.cache.mkdir(parents=True, exist_ok=True)
+        shm = Path("/dev/shm")
+        base = str(shm) if shm.is_dir() and shm.stat().st_mode & 0o002 else None
+        self.tmp = Path(tempfile.mkdtemp(prefix="kernelarc-guard-", dir=base))
+        self.isolation: Isolation = probe_isolation(self.config.isolation)
+        self._ref: WorkerProcess | None = None
+        self._spare: WorkerProcess | None = None
+        self._ref_env: dict[str, Any] = {}
+        self._ref_times: dict[tuple[str, bool], dict[str, Any]] = {}
+        self._workers = 0
+        self._use_cupti = self._cupti_wanted()
+
+    def _cupti_wanted(self) -> bool:
+        if self.config.cupti == "off" or not self.device.startswith("cuda"):
+            return False
+        from kernelarc.guard.cupti import cupti_available
+
+        ok = cupti_available()
+        if self.config.cupti == "on" and not ok:
+            from kernelarc.errors import KernelArcError
+
+            raise KernelArcError("--cupti on: cupti-python is not importable here; install "
+                                 "it (pip install cupti-python) or use --cupti auto")
+        return ok
+
+    # ------------------------------------------------------------------ workers
+    def _env(self, role: str) -> dict[str, str]:
+        extra = {"TRITON_CACHE_DIR": str(self.cache / "triton"),
+                 "TORCH_EXTENSIONS_DIR": str(self.cache / "torch_extensions"),
+                 "TMPDIR": str(self.tmp / "scratch")}
+        if self.device == "cpu":
+            extra["TRITON_INTERPRET"] = "1"
+        return scrubbed_environment(extra)
+
+    def _new_worker(self, role: str) -> WorkerProcess:
+        self._workers += 1
+        n = self._workers
+        (self.tmp / "scratch").mkdir(exist_ok=True)
+        return WorkerProcess(role, isolation=self.isolation, env=self._env(role),
+                             log_path=self.tmp / f"{role}-{n}.log",
+                             cwd=self.tmp / f"{role}-{n}").start()
+
+    def reference(self) -> WorkerProcess:
+        if self._ref is not None and self._ref.alive():
+            return self._ref
+        ref = self._new_worker("reference")
+        reply = ref.request({
+            "op": "setup", "device": self.device,
+            "definition": self.problem.definition.model_dump(mode="json"),
+            "problem_root": str(self.problem.root),
+            "cache_bytes": (4 << 30) if self.device.startswith("cuda") else (1 << 30),
+        }, timeout=self.config.setup_timeout)
+        if not reply.get("ok"):
+            ref.kill()
+            from kernelarc.errors import KernelArcError
+
+            raise KernelArcError(f"the reference of {self.problem.definition.name} does not "
+                                 f"load: {reply.get('message')}\n{reply.get('traceback', '')}")
+        self._ref_env = reply["environment"]
+        self._ref = ref
+        return ref
+
+    def candidate_worker(self) -> WorkerProcess:
+        """A started candidate worker (the warm spare when there is one)."""
+        if self._spare is not None and self._spare.alive():
+            w, self._spare = self._spare, None
+            return w
+        return self._new_worker("candidate")
+
+    def prepare_spare(self) -> None:
+        if self._spare is None or not self._spare.alive():
+            self._spare = self._new_worker("candidate")
+
+    def policy(self) -> dict[str, Any]:
+        return {"forbidden_roots": [str(self.problem.root.resolve())],
+                "problem_name": self.problem.definition.name,
+                "library_roots": _library_roots(self.cache)}
+
+    def environment(self) -> dict[str, Any]:
+        env = dict(self._ref_env or {"hardware": self.device, "libs": {}})
+        return env
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, solution: Solution, workloads: list[Workload] | None = None,
+                 ) -> EvalResult:
+        from kernelarc.guard.session import CandidateSession
+
+        t0 = time.monotonic()
+        chosen = list(workloads) if workloads is not None else list(self.problem.workloads)
+        session = CandidateSession(self, solution)
+        outcomes: list[WorkloadOutcome] = []
+        try:
+            for wl in chosen:
+                outcomes.append(session.evaluate_workload(wl))
+        finally:
+            session.close()
+        env = self.environment()
+        traces = [make_trace(self.problem.definition.name, solution.name, o, env,
+                             self.isolation.description) for o in outcomes]
+        if self.config.warm_spare:
+            self.prepare_spare()
+        return EvalResult(solution=solution.name, traces=traces, outcomes=outcomes,
+                          wall_s=time.monotonic() - t0, phases_s=session.phases)
+
+    def reference_timing(self, wl: Workload, compiled: bool, seeds: list[int],
+                         deadline: float) -> dict[str, Any]:
+        key = (wl.uuid, compiled)
+        if key not in self._ref_times:
+            ref = self.reference()
+            reply = ref.request({"op": "time", "workload": wl.model_dump(mode="json"),
+                                 "seeds": seeds, "warmup": self.config.warmup,
+                                 "iterations": self.config.iterations, "compiled": compiled,
+                                 "cupti": self._use_cupti},
+                                timeout=max(deadline - time.monotonic(), 1.0))
+            if not reply.get("ok"):
+                raise Verdict("INVALID_REFERENCE", f"timing the reference failed: "
+                                                   f"{reply.get('message')}")
+            self._ref_times[key] = reply["summary"]
+        return self._ref_times[key]
+
+    def close(self) -> None:
+        for w in (self._ref, self._spare):
+            if w is not None:
+                w.close()
+        self._ref = self._spare = None
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> Guard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["EvalResult", "Guard", "GuardConfig", "WorkerCrashed", "WorkerTimeout"]

@@ -1,0 +1,149 @@
+"""The wire between the guard and its workers: JSON lines on dedicated pipes, tensors as
+raw bytes in files.
+
+Nothing a candidate process sends is ever unpickled: requests and replies are JSON objects,
+one per line; an output tensor crosses as a file of raw bytes plus a JSON header (dtype name
+from an allow-list, shape), which the judging side re-assembles with ``torch.frombuffer``.
+The candidate's own stdout/stderr go to a log file, never to the channel.
+
+Also here: the seed protocol (a fixed base seed, one derived seed per workload and round).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MAX_LINE = 64 * 1024 * 1024
+
+#: dtype names accepted on the wire → torch attribute names (resolved lazily).
+WIRE_DTYPES = (
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float4_e2m1fn_x2",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+)
+
+#: Round numbers with a fixed meaning in the seed protocol.
+RECHECK_ROUND = 10_000
+POOL_ROUND_BASE = 20_000
+
+
+def derive_seed(base_seed: int, workload_uuid: str, round_index: int) -> int:
+    """Seed of one round of one workload: fixed for (base seed, uuid, round), different
+    across rounds, independent of which other workloads are evaluated."""
+    digest = hashlib.sha256(f"{base_seed}:{workload_uuid}:{round_index}".encode()).digest()
+    return int.from_bytes(digest[:6], "little")
+
+
+class ChannelClosed(EOFError):
+    """The other end closed its pipe (it exited or crashed)."""
+
+
+class ChannelTimeout(TimeoutError):
+    """No complete message arrived before the deadline."""
+
+
+@dataclass
+class Channel:
+    """One direction-pair of pipes carrying JSON objects, one per line."""
+
+    read_fd: int
+    write_fd: int
+
+    def __post_init__(self) -> None:
+        self._buf = b""
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message, allow_nan=True) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            n = os.write(self.write_fd, view)
+            view = view[n:]
+
+    def recv(self, timeout: float | None = None) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ChannelTimeout("no reply before the deadline")
+                ready, _, _ = select.select([self.read_fd], [], [], min(left, 1.0))
+                if not ready:
+                    continue
+            chunk = os.read(self.read_fd, 1 << 20)
+            if not chunk:
+                raise ChannelClosed("the peer closed the channel")
+            self._buf += chunk
+            if len(self._buf) > MAX_LINE:
+                raise ValueError("message larger than the protocol allows")
+        line, self._buf = self._buf.split(b"\n", 1)
+        obj = json.loads(line)
+        if not isinstance(obj, dict):
+            raise ValueError("protocol message is not a JSON object")
+        return obj
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self.write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+# ---------------------------------------------------------------- tensors as files
+
+
+def write_tensor(t: Any, path: Path) -> dict[str, Any]:
+    """Write a plain tensor's bytes to ``path``; return its header."""
+    import torch
+
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in WIRE_DTYPES:
+        raise ValueError(f"dtype {t.dtype} cannot cross the wire")
+    c = t.detach().contiguous()
+    if c.device.type != "cpu":
+        c = c.cpu()
+    raw = c.reshape(-1).view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
+    raw.numpy().tofile(path)
+    return {"file": str(path), "dtype": name, "shape": list(c.shape), "nbytes": raw.numel()}
+
+
+def read_tensor(header: dict[str, Any], device: Any) -> Any:
+    """Re-assemble a tensor written by :func:`write_tensor`, validating the header."""
+    import torch
+
+    name = header.get("dtype")
+    if name not in WIRE_DTYPES:
+        raise ValueError(f"header names dtype {name!r}, not on the allow-list")
+    dtype = getattr(torch, str(name))
+    shape = header.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise ValueError(f"bad shape in header: {shape!r}")
+    numel = 1
+    for d in shape:
+        numel *= d
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    path = Path(str(header.get("file")))
+    size = path.stat().st_size
+    if size != numel * itemsize:
+        raise ValueError(f"{path.name}: {size} bytes, header implies {numel * itemsize}")
+    if numel == 0:
+        return torch.empty(shape, dtype=dtype, device=device)
+    raw = torch.from_file(str(path), shared=False, size=size, dtype=torch.uint8)
+    return raw.view(dtype).reshape(shape).to(device)

@@ -1,0 +1,368 @@
+"""Reward-hack defences that live inside the candidate's worker process.
+
+What this covers, and how:
+
+- **Audit hook** (``sys.addaudithook``; a hook cannot be removed once added). While armed it
+  blocks *and* records: opening or listing the problem's files (``definition.json``,
+  ``workload.jsonl``, ``reference.py``, ``*.safetensors``, any path under the problem root or
+  naming the problem), other processes' ``/proc/<pid>`` entries; sockets (connect, bind,
+  sendto, name lookups); process creation (``os.system``, ``os.fork``, ``os.exec*``,
+  ``os.posix_spawn``, ``subprocess`` except the compilers that Triton and C++ builds run);
+  ``ctypes`` loading a shared object from outside the system, Python and build-cache
+  directories (a binary written at run time); environment changes; adding audit hooks.
+- **Identity snapshots** taken before the candidate is imported: timers and clocks
+  (``time.*``, ``torch.cuda.Event`` and its methods, synchronisation), and the guard's own
+  functions (identity and ``__code__``), checked after import and after every call.
+- **Threads** still alive after a call that were not alive before it; **child processes**
+  left behind; ``sys.settrace``/``sys.setprofile`` installed.
+- **Precision flags** (TF32, reduced-precision reductions, float32 matmul precision) changed
+  by the candidate: reported, and rejected only under ``--strict-precision``.
+- :func:`static_scan` (run by the parent on the sources): embedded binaries (long base64 or
+  bytes literals) and driver-API module loading (``cuModuleLoadData`` and friends).
+
+What it does not cover: the candidate runs in the same interpreter as this code, so a
+candidate that deliberately rewrites this module's state through ``gc`` or raw memory, or
+creates native threads or processes through raw system calls, is not stopped here. The
+verdict does not depend on this process alone: reference outputs and the comparison live in
+another process (see ``worker.py``), and OS isolation (``isolation.py``) removes the network
+and the view of other processes where the OS allows it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Executables that libraries legitimately run during a call (Triton's ptxas and launcher
+#: build, C++ toolchains, ldconfig for libcuda lookup).
+ALLOWED_EXECUTABLES = frozenset(
+    {
+        "ptxas",
+        "nvcc",
+        "nvlink",
+        "fatbinary",
+        "cicc",
+        "cuobjdump",
+        "nvdisasm",
+        "gcc",
+        "g++",
+        "cc",
+        "c++",
+        "clang",
+        "clang++",
+        "ld",
+        "ld.lld",
+        "ldconfig",
+        "ldconfig.real",
+        "ninja",
+    }
+)
+PROBLEM_FILE_NAMES = frozenset(
+    {"definition.json", "workload.jsonl", "reference.py", "metadata.json"}
+)
+_PROC_PID = re.compile(r"^/proc/(\d+)(/|$)")
+_NET_EVENTS = frozenset(
+    {
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "socket.sendmsg",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.gethostbyaddr",
+        "socket.gethostbyname_ex",
+        "socket.getnameinfo",
+    }
+)
+_SPAWN_EVENTS = frozenset(
+    {"os.system", "os.exec", "os.fork", "os.forkpty", "os.spawn", "os.posix_spawn", "pty.spawn"}
+)
+_LIST_EVENTS = frozenset({"os.listdir", "os.scandir", "glob.glob"})
+
+
+@dataclass(frozen=True)
+class Violation:
+    check: str
+    detail: str
+
+
+@dataclass
+class Policy:
+    candidate_dir: Path
+    forbidden_roots: tuple[Path, ...]
+    problem_name: str
+    library_roots: tuple[Path, ...]
+
+
+def _timer_targets() -> list[tuple[str, Any, str]]:
+    import time
+
+    targets: list[tuple[str, Any, str]] = [
+        ("time", time, n)
+        for n in (
+            "perf_counter",
+            "perf_counter_ns",
+            "monotonic",
+            "monotonic_ns",
+            "time",
+            "time_ns",
+            "process_time",
+            "sleep",
+        )
+    ]
+    import torch
+
+    cuda = torch.cuda
+    targets += [
+        ("torch.cuda", cuda, n)
+        for n in ("synchronize", "Event", "current_stream", "default_stream", "Stream")
+    ]
+    targets += [
+        ("torch.cuda.Event", cuda.Event, n)
+        for n in ("record", "elapsed_time", "synchronize", "query", "wait")
+    ]
+    targets += [("torch.cuda.Stream", cuda.Stream, n) for n in ("synchronize", "wait_stream")]
+    targets += [("torch._C", torch._C, n) for n in ("_cuda_synchronize",) if hasattr(torch._C, n)]
+    return targets
+
+
+def _integrity_targets(modules: list[Any]) -> list[tuple[str, Any, str]]:
+    import builtins
+    import json
+
+    import torch
+
+    out: list[tuple[str, Any, str]] = []
+    for mod in modules:
+        for name, value in vars(mod).items():
+            if callable(value) and getattr(value, "__module__", None) == mod.__name__:
+                out.append((mod.__name__, mod, name))
+    out += [("builtins", builtins, n) for n in ("open", "isinstance", "type", "getattr", "len")]
+    out += [("json", json, n) for n in ("dumps", "loads")]
+    out += [("os", os, n) for n in ("write", "read", "environ")]
+    out += [
+        ("torch", torch, n)
+        for n in (
+            "equal",
+            "empty",
+            "empty_like",
+            "from_file",
+            "manual_seed",
+            "isnan",
+            "isinf",
+            "abs",
+        )
+    ]
+    out += [
+        ("torch.Tensor", torch.Tensor, n)
+        for n in (
+            "clone",
+            "copy_",
+            "equal",
+            "view",
+            "contiguous",
+            "cpu",
+            "numpy",
+            "data_ptr",
+            "untyped_storage",
+            "fill_",
+            "zero_",
+            "to",
+            "float",
+        )
+    ]
+    return out
+
+
+def precision_flags() -> dict[str, Any]:
+    import torch
+
+    m = torch.backends.cuda.matmul
+    return {
+        "cuda.matmul.allow_tf32": bool(m.allow_tf32),
+        "cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cuda.matmul.allow_bf16_reduced_precision_reduction": bool(
+            m.allow_bf16_reduced_precision_reduction
+        ),
+        "cuda.matmul.allow_fp16_reduced_precision_reduction": bool(
+            m.allow_fp16_reduced_precision_reduction
+        ),
+    }
+
+
+def child_pids() -> list[int]:
+    pids: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+    return pids
+
+
+@dataclass
+class Sentinel:
+    """The candidate worker's monitor. ``install`` once, ``arm`` before importing the
+    candidate, ``check_after_call`` after every call; ``harness()`` marks the guard's own
+    work on the main thread (input generation, writing outputs), which is not policed."""
+
+    policy: Policy
+    violations: list[Violation] = field(default_factory=list)
+    _armed: bool = False
+    _harness: bool = False
+
+    def install(self) -> None:
+        self._main = threading.get_ident()
+        self._pid = str(os.getpid())
+        sys.addaudithook(self._hook)
+
+    def arm(self, guard_modules: list[Any]) -> None:
+        self._timers = [(o, n, getattr(o, n)) for _, o, n in _timer_targets()]
+        targets = _integrity_targets(guard_modules)
+        self._integrity = [
+            (o, n, getattr(o, n), getattr(getattr(o, n), "__code__", None)) for _, o, n in targets
+        ]
+        self._env = dict(os.environ)
+        self._precision = precision_flags()
+        self._threads = set(sys._current_frames())
+        self._armed = True
+
+    @contextlib.contextmanager
+    def harness(self) -> Iterator[None]:
+        self._harness = True
+        try:
+            yield
+        finally:
+            self._harness = False
+
+    # -------------------------------------------------------------- audit hook
+    def _flag(self, check: str, detail: str) -> None:
+        self.violations.append(Violation(check, detail))
+        raise PermissionError(f"blocked by the KernelArc guard ({check}): {detail}")
+
+    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if not self._armed or (self._harness and threading.get_ident() == self._main):
+            return
+        if event == "open":
+            path = args[0]
+            if isinstance(path, int):
+                return
+            self._check_path(os.fsdecode(path), listing=False)
+        elif event in _LIST_EVENTS:
+            if args and isinstance(args[0], str | bytes):
+                self._check_path(os.fsdecode(args[0]), listing=True)
+        elif event in _NET_EVENTS:
+            self._flag("network", f"{event}{args[:2]!r}")
+        elif event == "subprocess.Popen":
+            exe = args[0] if args[0] else (args[1][0] if args[1] else "")
+            if os.path.basename(os.fsdecode(exe)) not in ALLOWED_EXECUTABLES:
+                self._flag("subprocess", f"subprocess {os.fsdecode(exe)!r}")
+        elif event in _SPAWN_EVENTS:
+            exe = os.fsdecode(args[0]) if args and isinstance(args[0], str | bytes) else ""
+            if event == "os.posix_spawn" and os.path.basename(exe) in ALLOWED_EXECUTABLES:
+                return
+            self._flag("subprocess", f"{event} {exe!r}")
+        elif event == "ctypes.dlopen":
+            self._check_dlopen(args[0])
+        elif event in ("os.putenv", "os.unsetenv"):
+            self._flag("env-tamper", f"{event}({os.fsdecode(args[0])!r})")
+        elif event == "sys.addaudithook":
+            self._flag("guard-integrity", "the solution installed an audit hook")
+
+    def _check_path(self, raw: str, *, listing: bool) -> None:
+        path = os.path.abspath(raw)
+        m = _PROC_PID.match(path)
+        if m and m.group(1) != self._pid:
+            self._flag("file-access", f"another process's {path}")
+        base = os.path.basename(path)
+        if not listing and (base in PROBLEM_FILE_NAMES or base.endswith(".safetensors")):
+            if not path.startswith(str(self.policy.candidate_dir)):
+                self._flag("file-access", f"opened {path}")
+        if self.policy.problem_name and self.policy.problem_name in path:
+            self._flag("file-access", f"path names the problem: {path}")
+        real = os.path.realpath(path)
+        for root in self.policy.forbidden_roots:
+            if real == str(root) or real.startswith(str(root) + os.sep):
+                self._flag("file-access", f"{'listed' if listing else 'opened'} {path}")
+
+    def _check_dlopen(self, name: Any) -> None:
+        if name is None:
+            return
+        text = os.fsdecode(name)
+        if "/" not in text:
+            return  # resolved through the system's library search path
+        real = os.path.realpath(text)
+        for root in self.policy.library_roots:
+            if real.startswith(str(root) + os.sep):
+                return
+        self._flag("binary-load", f"ctypes loaded {real}, outside system and build dirs")
+
+    # -------------------------------------------------------------- after a call
+    def check_after_call(self) -> list[Violation]:
+        """Run every post-call check; returns what fired (the audit hook's own findings
+        are collected separately, see :meth:`take`)."""
+        found: list[Violation] = []
+        for obj, name, orig in self._timers:
+            if getattr(obj, name, None) is not orig:
+                found.append(
+                    Violation("timer-patch", f"{getattr(obj, '__name__', obj)}.{name} was replaced")
+                )
+        for obj, name, orig, code in self._integrity:
+            now = getattr(obj, name, None)
+            if now is not orig or (code is not None and getattr(now, "__code__", None) is not code):
+                found.append(
+                    Violation(
+                        "guard-integrity", f"{getattr(obj, '__name__', obj)}.{name} was replaced"
+                    )
+                )
+        if sys.gettrace() is not None or sys.getprofile() is not None:
+            found.append(Violation("guard-integrity", "a trace or profile function is set"))
+        new = set(sys._current_frames()) - self._threads
+        if new:
+            names = [t.name for t in threading.enumerate() if t.ident in new] or [str(new)]
+            found.append(Violation("threads", f"threads left running: {names}"))
+        kids = child_pids()
+        if kids:
+            found.append(Violation("subprocess", f"child processes left running: {kids}"))
+        env = dict(os.environ)
+        if env != self._env:
+            keys = sorted(k for k in set(env) | set(self._env) if env.get(k) != self._env.get(k))
+            found.append(Violation("env-tamper", f"environment changed: {keys}"))
+        return found
+
+    def precision_changes(self) -> dict[str, Any]:
+        now = precision_flags()
+        return {k: v for k, v in now.items() if self._precision.get(k) != v}
+
+    def take(self) -> list[Violation]:
+        out, self.violations = self.violations, []
+        return out
+
+
+_ENCODED_RUN = re.compile(r"[A-Za-z0-9+/=]{60,}|(?:\\x[0-9a-fA-F]{2}){30,}")
+_ENCODED_LIMIT = 8192
+_DRIVER_LOADS = re.compile(
+    r"cuModuleLoad(Data|DataEx|FatBinary)?\b|cuLibraryLoad(Data|FromFile)\b|"
+    r"RawModule\s*\(|cupy\.cuda\.function\.Module|load_module_from_bytes"
+)
+
+
+def static_scan(sources: dict[str, str]) -> list[Violation]:
+    """Look for embedded binaries (over 8 KiB of base64/hex runs in one file) and driver-API
+    module loading in the solution's sources."""
+    found: list[Violation] = []
+    for path, text in sources.items():
+        m = _DRIVER_LOADS.search(text)
+        if m:
+            found.append(Violation("binary-load", f"{path}: loads a module via {m.group(0)!r}"))
+        encoded = sum(len(r) for r in _ENCODED_RUN.findall(text))
+        if encoded > _ENCODED_LIMIT:
+            found.append(Violation("binary-load", f"{path}: {encoded} bytes of encoded data"))
+    return found

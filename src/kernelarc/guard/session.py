@@ -1,0 +1,276 @@
+"""One solution's evaluation: build, load in a fresh candidate worker, judge each workload.
+
+The per-workload protocol (all seeds from ``protocol.derive_seed``):
+
+1. ``rounds`` correctness rounds: the reference worker and the candidate worker generate
+   the same inputs from the round's seed; the candidate's outputs go to the reference
+   worker, which judges them with the official rules (``compare.py``).
+2. Timing: ``warmup`` + ``iterations`` calls over a pool of distinct input sets; the
+   outputs of two sampled timed calls are judged too (stale or cached results fail).
+3. A re-check round on fresh inputs after timing.
+4. The reference timed with the same protocol (cached per workload for the guard's life).
+
+Any violation reported by the sentinel, at any step, makes the workload REWARD_HACK. A
+crash or a missed deadline kills the worker (RUNTIME_ERROR / TIMEOUT for that workload) and
+the next workload gets a fresh worker; so does any other failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Any
+
+from kernelarc.guard.isolation import WorkerCrashed, WorkerProcess, WorkerTimeout
+from kernelarc.guard.protocol import POOL_ROUND_BASE, RECHECK_ROUND, derive_seed
+from kernelarc.guard.verdict import (
+    Verdict,
+    WorkloadOutcome,
+    from_violations,
+    hack,
+    merge_errors,
+)
+from kernelarc.problem.schema import EvaluationStatus, Solution, Workload
+
+if TYPE_CHECKING:
+    from kernelarc.guard.evaluator import Guard
+
+_KEEP = (EvaluationStatus.INVALID_REFERENCE, EvaluationStatus.REWARD_HACK)
+_CHECK_STATUS = {"shape": "INCORRECT_SHAPE", "dtype": "INCORRECT_DTYPE",
+                 "numerical": "INCORRECT_NUMERICAL"}
+
+
+class CandidateSession:
+    def __init__(self, guard: Guard, solution: Solution) -> None:
+        self.guard, self.solution = guard, solution
+        self.cfg = guard.config
+        self.phases: dict[str, float] = {}
+        self.worker: WorkerProcess | None = None
+        self.fatal: Verdict | None = None  # decided for every workload (build/import)
+        self.artifact: dict[str, Any] | None = None
+        self._build()
+
+    def _tick(self, phase: str, t0: float) -> None:
+        self.phases[phase] = self.phases.get(phase, 0.0) + time.monotonic() - t0
+
+    # ------------------------------------------------------------------ build & load
+    def _build(self) -> None:
+        from kernelarc.guard.build import BuildError, choose_builder
+        from kernelarc.guard.sentinel import static_scan
+
+        t0 = time.monotonic()
+        sources = {s.path: s.content for s in self.solution.sources}
+        found = static_scan(sources)
+        if found:
+            self.fatal = hack(found[0].check, found[0].detail)
+            return
+        try:
+            builder = choose_builder(self.solution)
+            art = builder.build(self.solution, work_dir=self.guard.tmp / "build",
+                                cache_dir=self.guard.cache, timeout=self.cfg.build_timeout)
+        except BuildError as e:
+            self.fatal = Verdict("COMPILE_ERROR", f"{e}\n{e.log}".strip())
+            return
+        finally:
+            self._tick("build", t0)
+        self.artifact = {k: str(v) if k in ("root", "module_path") else v
+                         for k, v in dataclasses.asdict(art).items()}
+
+    def _ensure_worker(self) -> WorkerProcess:
+        if self.worker is not None and self.worker.alive():
+            return self.worker
+        t0 = time.monotonic()
+        w = self.guard.candidate_worker()
+        try:
+            w.wait_ready(self.cfg.setup_timeout)
+            self._tick("process_start", t0)
+            t1 = time.monotonic()
+            reply = w.request({
+                "op": "setup", "device": self.guard.device,
+                "definition": self.guard.problem.definition.model_dump(mode="json"),
+                "dps": self.solution.spec.destination_passing_style,
+                "artifact": self.artifact, "policy": self.guard.policy(),
+            }, timeout=self.cfg.setup_timeout)
+            self._tick("load", t1)
+        except WorkerTimeout as e:
+            raise Verdict("TIMEOUT", f"loading the solution: {e}") from None
+        except WorkerCrashed as e:
+            raise Verdict("RUNTIME_ERROR", f"loading the solution crashed: {e}") from None
+        if reply.get("error") == "compile":
+            w.kill()
+            self.fatal = Verdict("COMPILE_ERROR", f"{reply.get('message')}\n{reply.get('log', '')}")
+            raise self.fatal
+        if not reply.get("ok"):
+            w.kill()
+            raise _reply_verdict(reply)
+        bad = from_violations(reply.get("violations", []))
+        if bad is not None:
+            w.kill()
+            self.fatal = bad
+            raise bad
+        self.precision = reply.get("precision") or {}
+        self.worker = w
+        return w
+
+    # ------------------------------------------------------------------ one workload
+    def evaluate_workload(self, wl: Workload) -> WorkloadOutcome:
+        outcome = WorkloadOutcome(workload=wl, status=EvaluationStatus.PASSED)
+        if wl.tolerance.ignored_keys:
+            outcome.notes.append(f"tolerance keys ignored as the official harness does: "
+                                 f"{wl.tolerance.ignored_keys}; matched ratio 0.99 enforced")
+        deadline = time.monotonic() + self.cfg.timeout
+        try:
+            if self.fatal is not None:
+                raise self.fatal
+            self._judge(wl, outcome, deadline)
+        except Verdict as v:
+            outcome.status, outcome.log, outcome.check = v.status, v.log, v.check
+            if v.correctness is not None:
+                outcome.correctness = v.correctness
+            outcome.latency = None
+            self._drop_worker()
+        except WorkerTimeout as e:
+            outcome.status = EvaluationStatus.TIMEOUT
+            outcome.log = f"time limit of {self.cfg.timeout:.0f} s per workload exceeded: {e}"
+            self._drop_worker()
+        except WorkerCrashed as e:
+            if "reference worker" in str(e):
+                outcome.status, outcome.log = EvaluationStatus.INVALID_REFERENCE, str(e)
+            else:
+                outcome.status, outcome.log = EvaluationStatus.RUNTIME_ERROR, str(e)
+            self._drop_worker()
+        return outcome
+
+    def _left(self, deadline: float) -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise WorkerTimeout("deadline passed")
+        return left
+
+    def _ref(self, msg: dict[str, Any], deadline: float) -> dict[str, Any]:
+        reply = self.guard.reference().request(msg, timeout=self._left(deadline))
+        if reply.get("error") == "reference":
+            raise Verdict("INVALID_REFERENCE", f"the reference failed: {reply.get('message')}\n"
+                                               f"{reply.get('traceback', '')}")
+        if not reply.get("ok"):
+            raise Verdict("INVALID_REFERENCE", f"reference worker: {reply.get('message')}")
+        return reply
+
+    def _judge_round(self, wl: Workload, seed: int, headers: list[dict[str, Any]],
+                     outcome: WorkloadOutcome, deadline: float, what: str) -> None:
+        wj = wl.model_dump(mode="json")
+        objects = [h for h in headers if h.get("kind") == "object"]
+        if objects:
+            raise Verdict("RUNTIME_ERROR", f"{what}: returned a {objects[0]['type']} where a "
+                                           "torch.Tensor was expected")
+        self._ref({"op": "run", "workload": wj, "seed": seed}, deadline)
+        reply = self._ref({"op": "compare", "workload": wj, "seed": seed, "outputs": headers,
+                           "tolerance": wl.tolerance.model_dump(mode="json")}, deadline)
+        for check in reply["checks"]:
+            status = check.get("status")
+            if status == "ok":
+                outcome.correctness = merge_errors(outcome.correctness, check)
+                continue
+            if status == "type":
+                raise hack("output-type", f"{what}: {check.get('message')}")
+            corr = merge_errors(outcome.correctness, check) if status == "numerical" else None
+            raise Verdict(_CHECK_STATUS[str(status)], f"{what}: {check.get('message')}", corr)
+
+    def _cand(self, msg: dict[str, Any], deadline: float, what: str) -> dict[str, Any]:
+        w = self._ensure_worker()
+        reply = w.request(msg, timeout=self._left(deadline))
+        bad = from_violations(reply.get("violations", []))
+        if bad is not None:
+            raise bad
+        if not reply.get("ok"):
+            v = _reply_verdict(reply)
+            v.log = f"{what}: {v.log}"
+            raise v
+        self.precision = {**getattr(self, "precision", {}), **(reply.get("precision") or {})}
+        return reply
+
+    def _judge(self, wl: Workload, outcome: WorkloadOutcome, deadline: float) -> None:
+        cfg, wj, uuid = self.cfg, wl.model_dump(mode="json"), wl.uuid
+        exchange = str(self.guard.tmp)
+        t0 = time.monotonic()
+        for r in range(cfg.rounds):
+            seed = derive_seed(cfg.seed, uuid, r)
+            reply = self._cand({"op": "run", "workload": wj, "seed": seed,
+                                "exchange_dir": exchange}, deadline, f"round {r + 1}")
+            self._judge_round(wl, seed, reply["outputs"], outcome, deadline, f"round {r + 1}")
+        self._tick("correctness", t0)
+        t1 = time.monotonic()
+        seeds = [derive_seed(cfg.seed, uuid, POOL_ROUND_BASE + i)
+                 for i in range(cfg.warmup + cfg.iterations)]
+        timed = self._cand({"op": "time", "workload": wj, "seeds": seeds, "warmup": cfg.warmup,
+                            "iterations": cfg.iterations, "exchange_dir": exchange,
+                            "cupti": self.guard._use_cupti}, deadline, "timing")
+        self._tick("timing", t1)
+        t2 = time.monotonic()
+        for seed_text, headers in timed["sampled"].items():
+            try:
+                self._judge_round(wl, int(seed_text), headers, outcome, deadline, "timed call")
+            except Verdict as v:
+                if v.status in _KEEP:
+                    raise
+                raise hack("recheck", f"a timed call's output is wrong ({v.log})") from None
+        seed = derive_seed(cfg.seed, uuid, RECHECK_ROUND)
+        reply = self._cand({"op": "run", "workload": wj, "seed": seed, "exchange_dir": exchange},
+                           deadline, "re-check")
+        try:
+            self._judge_round(wl, seed, reply["outputs"], outcome, deadline, "re-check")
+        except Verdict as v:
+            if v.status in _KEEP:
+                raise
+            raise hack("recheck", f"fresh inputs after timing fail ({v.log})") from None
+        self._tick("recheck", t2)
+        outcome.latency = {**timed["summary"], "pool": timed.get("pool")}
+        self._precision_verdict(outcome)
+        t3 = time.monotonic()
+        if cfg.time_reference:
+            ref_seeds = seeds[: min(len(seeds), 8)]
+            outcome.reference = self.guard.reference_timing(wl, False, ref_seeds, deadline)
+            if cfg.time_compiled_reference:
+                outcome.compiled_reference = self.guard.reference_timing(wl, True, ref_seeds,
+                                                                         deadline)
+        self._tick("reference_timing", t3)
+
+    def _precision_verdict(self, outcome: WorkloadOutcome) -> None:
+        from kernelarc.guard.compare import precision_level
+
+        flags = dict(getattr(self, "precision", {}))
+        level = None
+        rel = (outcome.correctness or {}).get("rel_l2_error")
+        dtypes = {s.dtype.value for s in self.guard.problem.definition.outputs.values()}
+        if rel is not None and dtypes == {"float32"}:
+            import torch
+
+            level = precision_level(float(rel), torch.float32)
+        if level:
+            flags["observed_error_level"] = level
+        outcome.precision = flags
+        if flags and self.cfg.strict_precision:
+            raise hack("precision", f"reduced precision with --strict-precision: {flags}")
+
+    def _drop_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.kill()
+            self.worker = None
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
+def _reply_verdict(reply: dict[str, Any]) -> Verdict:
+    kind = reply.get("error")
+    msg = str(reply.get("message", ""))
+    tb = str(reply.get("traceback", ""))
+    if kind == "runtime":
+        return Verdict("RUNTIME_ERROR", f"{msg}\n{tb}".strip())
+    if kind == "outputs":
+        return Verdict("INCORRECT_SHAPE", msg)
+    if kind == "compile":
+        return Verdict("COMPILE_ERROR", f"{msg}\n{reply.get('log', '')}".strip())
+    return hack("check-error", f"a guard check crashed (rejected: never fail open): {msg}\n{tb}")

@@ -1,0 +1,276 @@
+"""The guard's worker process: ``python -m kernelarc.guard.worker --role ROLE``.
+
+Two roles, always in separate processes:
+
+- ``reference`` (trusted): runs the problem's reference on inputs generated from the seed
+  protocol, keeps the outputs, and *judges*: it reads a candidate's outputs (raw bytes +
+  JSON header, see ``protocol.py``) and applies the official comparison. It also times the
+  reference (and optionally ``torch.compile`` of it) with the same protocol.
+- ``candidate`` (untrusted, ``candidate.py``): imports one solution, generates the same
+  inputs from the same seeds, calls the solution under the sentinel, writes its outputs.
+
+Requests and replies are JSON objects on pipes whose descriptors are passed on the command
+line; the worker's stdout and stderr are a log file the parent reads, never the channel.
+A request that raises inside the guard's own code is answered with ``error: check-error``
+(the parent rejects the candidate: never fail open).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import sys
+import traceback
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from kernelarc.guard.protocol import Channel, ChannelClosed
+
+
+def environment_info(device: Any) -> dict[str, Any]:
+    import torch
+
+    libs = {"torch": torch.__version__, "python": platform.python_version()}
+    with contextlib.suppress(Exception):
+        import triton
+
+        libs["triton"] = triton.__version__
+    if device.type == "cuda":
+        libs["cuda"] = str(torch.version.cuda)
+        hardware = torch.cuda.get_device_name(device)
+    else:
+        hardware = f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
+    return {"hardware": hardware, "libs": libs}
+
+
+def resolve_device(name: str) -> Any:
+    import torch
+
+    dev = torch.device(name)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("--device cuda was asked for but no CUDA device is visible")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(dev)
+        torch.cuda.init()
+    return dev
+
+
+def normalize_outputs(ret: Any, n: int) -> tuple[Any, ...]:
+    if n == 1 and not isinstance(ret, tuple | list):
+        return (ret,)
+    if isinstance(ret, tuple | list):
+        return tuple(ret)
+    return (ret,)
+
+
+class ReferenceRole:
+    """Runs the reference, caches its outputs (bounded LRU by bytes) and judges."""
+
+    def __init__(self, msg: dict[str, Any]) -> None:
+        import torch
+
+        from kernelarc.problem.inputs import load_reference_module
+        from kernelarc.problem.schema import Definition
+
+        self.device = resolve_device(msg["device"])
+        self.definition = Definition.model_validate(msg["definition"])
+        self.problem_root = Path(msg["problem_root"]) if msg.get("problem_root") else None
+        self.module = load_reference_module(self.definition)
+        self.cache: OrderedDict[tuple[str, int], tuple[Any, ...]] = OrderedDict()
+        self.cache_bytes = 0
+        self.cache_limit = int(msg.get("cache_bytes", 1 << 30))
+        self.compiled: Any = None
+        torch.set_grad_enabled(False)
+
+    def _inputs(self, workload: Any, seed: int) -> Any:
+        from kernelarc.problem.inputs import generate_inputs
+
+        return generate_inputs(
+            self.definition,
+            workload,
+            device=self.device,
+            seed=seed,
+            problem_root=self.problem_root,
+            reference_module=self.module,
+        )
+
+    def _check_ref_outputs(self, outs: tuple[Any, ...], env: dict[str, int]) -> None:
+        import torch
+
+        from kernelarc.problem.axes import resolve_shape
+        from kernelarc.problem.inputs import torch_dtype
+
+        specs = self.definition.outputs
+        if len(outs) != len(specs):
+            raise ValueError(f"reference returned {len(outs)} outputs, definition has {len(specs)}")
+        for (name, spec), t in zip(specs.items(), outs, strict=True):
+            if not isinstance(t, torch.Tensor):
+                raise ValueError(f"reference output {name} is {type(t).__name__}")
+            want = resolve_shape(spec.shape, env)
+            if want is not None and tuple(t.shape) != want:
+                raise ValueError(
+                    f"reference output {name} has shape {tuple(t.shape)}, definition says {want}"
+                )
+            if t.dtype != torch_dtype(spec.dtype):
+                raise ValueError(
+                    f"reference output {name} is {t.dtype}, definition says {spec.dtype.value}"
+                )
+
+    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+        from kernelarc.problem.axes import resolve_axes
+        from kernelarc.problem.schema import Workload
+
+        wl = Workload.model_validate(msg["workload"])
+        key = (wl.uuid, int(msg["seed"]))
+        if key in self.cache:
+            self.cache.move_to_end(key)
+            return {"ok": True, "cached": True}
+        try:
+            gen = self._inputs(wl, key[1])
+            outs = normalize_outputs(
+                self.module.run(*gen.values.values()), len(self.definition.outputs)
+            )
+            self._check_ref_outputs(outs, resolve_axes(self.definition, wl))
+        except Exception as e:
+            return {
+                "error": "reference",
+                "message": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc(limit=8),
+            }
+        size = sum(t.numel() * t.element_size() for t in outs)
+        self.cache[key] = outs
+        self.cache_bytes += size
+        while self.cache_bytes > self.cache_limit and len(self.cache) > 1:
+            _, old = self.cache.popitem(last=False)
+            self.cache_bytes -= sum(t.numel() * t.element_size() for t in old)
+        return {"ok": True, "cached": False, "notes": gen.notes}
+
+    def compare(self, msg: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        from kernelarc.guard.compare import check_output
+        from kernelarc.guard.protocol import read_tensor
+        from kernelarc.problem.axes import resolve_axes, resolve_shape
+        from kernelarc.problem.inputs import torch_dtype
+        from kernelarc.problem.schema import Tolerance, Workload
+
+        wl = Workload.model_validate(msg["workload"])
+        key = (wl.uuid, int(msg["seed"]))
+        if key not in self.cache:
+            raise KeyError(f"no reference outputs for {key}: run them first")
+        refs = self.cache[key]
+        tol = Tolerance.model_validate(msg["tolerance"])
+        env = resolve_axes(self.definition, wl)
+        checks = []
+        for (name, spec), ref, header in zip(
+            self.definition.outputs.items(), refs, msg["outputs"], strict=True
+        ):
+            shape = resolve_shape(spec.shape, env) or ()
+            try:
+                out = read_tensor(header, self.device)
+            except (ValueError, OSError) as e:
+                checks.append({"status": "type", "message": f"output {name}: {e}"})
+                continue
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(str(header.get("file")))
+            res = check_output(
+                name,
+                out,
+                ref,
+                tol,
+                expected_shape=tuple(shape),
+                expected_dtype=torch_dtype(spec.dtype),
+                device=self.device,
+            )
+            checks.append(res.model_dump(mode="json"))
+            del out
+        if msg.get("drop"):
+            old = self.cache.pop(key)
+            self.cache_bytes -= sum(t.numel() * t.element_size() for t in old)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return {"ok": True, "checks": checks}
+
+    def time(self, msg: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        from kernelarc.guard.timing import time_calls
+        from kernelarc.problem.schema import Workload
+
+        wl = Workload.model_validate(msg["workload"])
+        fn = self.module.run
+        if msg.get("compiled"):
+            import torch._dynamo
+
+            torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
+            if self.compiled is None:
+                self.compiled = torch.compile(self.module.run, dynamic=False)
+            fn = self.compiled
+        pool = [list(self._inputs(wl, int(s)).values.values()) for s in msg["seeds"]]
+        res = time_calls(
+            lambda i: fn(*pool[i % len(pool)]),
+            lambda i: None,
+            warmup=int(msg["warmup"]),
+            iterations=int(msg["iterations"]),
+            device=self.device,
+            use_cupti=bool(msg.get("cupti")),
+        )
+        return {"ok": True, "summary": res.summary(), "samples_ms": res.samples_ms}
+
+
+def serve(role: str, channel: Channel) -> None:
+    handler: Any = None
+    while True:
+        try:
+            msg = channel.recv()
+        except ChannelClosed:
+            return
+        op = msg.get("op")
+        if op == "shutdown":
+            channel.send({"ok": True})
+            return
+        try:
+            if op == "setup":
+                if role == "reference":
+                    handler = ReferenceRole(msg)
+                    reply = {"ok": True, "environment": environment_info(handler.device)}
+                else:
+                    from kernelarc.guard.candidate import CandidateRole
+
+                    handler = CandidateRole(msg)
+                    reply = handler.setup_reply()
+            elif handler is None:
+                reply = {"error": "check-error", "message": "request before setup"}
+            else:
+                reply = getattr(handler, str(op))(msg)
+        except Exception as e:
+            reply = {
+                "error": "check-error",
+                "message": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc(limit=12),
+            }
+        channel.send(reply)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--role", choices=["reference", "candidate"], required=True)
+    ap.add_argument("--req-fd", type=int, required=True)
+    ap.add_argument("--resp-fd", type=int, required=True)
+    args = ap.parse_args(argv)
+    channel = Channel(args.req_fd, args.resp_fd)
+    import torch  # noqa: F401  (import before the ready message: workers start warm)
+
+    channel.send({"op": "ready", "pid": os.getpid()})
+    serve(args.role, channel)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

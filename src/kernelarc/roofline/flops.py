@@ -1,0 +1,377 @@
+"""FLOPs and bytes of one workload, from its definition and reference.
+
+**Flops** are counted by running the reference under our own ``TorchDispatchMode`` that calls
+the formulas of ``torch.utils.flop_counter.flop_registry`` (the ones ``FlopCounterMode``
+uses: mm, bmm, addmm, baddbmm, ``_scaled_mm``, convolutions, SDPA/flash/efficient
+attention) and attributes each op's flops to a dtype class from its operand dtypes:
+float64 → fp64, float32 → fp32 (the reference computes in fp32, so we say so; how fp32 is
+*charged* is a convention of ``score``), float16/bfloat16 → bf16, float8 and int8/uint8 →
+fp8, ``float4_e2m1fn_x2`` → fp4; mixed operands take the widest class. Packed FP4 operands
+hold two values per element, so the registry's count (which sees the packed K) is doubled.
+Elementwise ops, reductions, softmax, etc. are *not* counted: their cost is covered by the
+bandwidth term.
+
+**Bytes** = every tensor input read once + every output written once, from the definition's
+shapes and dtype sizes (``float4_e2m1fn_x2``: 1 byte per element of the packed tensor; the
+unpacked ``float4_e2m1`` is stored one code per byte; Python scalars: 0). Intermediates are
+not counted (a fused kernel keeps them on chip).
+
+**Execution.** By default the inputs are meta tensors built from the definition's shapes
+(real shapes cost nothing). When that fails (data-dependent ops such as ``nonzero`` or
+``.item()``), the reference is re-run on real CPU tensors if the inputs total at most
+``cpu_limit_bytes`` (64 MiB), else on meta tensors with every data-dependent scalar read
+replaced by a placeholder (1 / 1.0 / True; recorded in ``notes``); when that fails too, the
+cost has ``flops_by_class=None`` and a ``reason``. Real-tensor runs use the custom inputs
+entrypoint when the workload is custom, otherwise synthetic values (floats ~ N(0,1), integers
+and bools 0, packed FP4 random bytes); data-dependent counts (e.g. MoE routing) reflect those
+values. Safetensors inputs are not loaded (shapes are enough on meta). Not covered:
+higher-order ops (``cond``, flex attention), Triton kernels called by a reference.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, Field
+
+from kernelarc.problem.axes import resolve_axes, resolve_shape
+from kernelarc.problem.schema import (
+    Definition,
+    DType,
+    RandomInput,
+    SafetensorsInput,
+    TensorSpec,
+    Workload,
+)
+
+CPU_LIMIT_BYTES = 64 * 2**20
+#: Seed of real-tensor runs (the official generator's seed).
+SEED = 200
+Method = Literal["meta", "cpu", "cuda", "meta-placeholders", "none"]
+
+_TORCH_DTYPE: dict[DType, torch.dtype] = {
+    DType.float64: torch.float64,
+    DType.float32: torch.float32,
+    DType.float16: torch.float16,
+    DType.bfloat16: torch.bfloat16,
+    DType.float8_e4m3fn: torch.float8_e4m3fn,
+    DType.float8_e5m2: torch.float8_e5m2,
+    DType.float4_e2m1: torch.uint8,  # no torch dtype: one code per byte
+    DType.float4_e2m1fn_x2: torch.float4_e2m1fn_x2,
+    DType.int64: torch.int64,
+    DType.int32: torch.int32,
+    DType.int16: torch.int16,
+    DType.int8: torch.int8,
+    DType.uint8: torch.uint8,
+    DType.bool: torch.bool,
+}
+_ITEMSIZE: dict[DType, int] = {d: torch.empty(0, dtype=t).element_size()
+                               for d, t in _TORCH_DTYPE.items()}
+
+#: Width order of dtype classes: a mixed-operand op runs at its widest operand's rate.
+_CLASS_RANK = {"fp4": 0, "fp8": 1, "bf16": 2, "tf32": 3, "fp32": 4, "fp64": 5}
+_OPERANDS: dict[str, tuple[int, ...]] = {
+    "addmm": (1, 2),
+    "baddbmm": (1, 2),
+    "convolution_backward": (0, 1, 2),
+}
+_DEFAULT_OPERANDS = (0, 1, 2)
+_ATTENTION_PREFIXES = ("_scaled_dot_product", "_flash_attention", "_efficient_attention")
+
+
+class OpCount(BaseModel):
+    """Flops of one (op, dtype class) pair, summed over its calls."""
+
+    op: str
+    dtype_class: str
+    calls: int
+    flops: float
+
+
+class WorkloadCost(BaseModel):
+    """What a workload must compute and move: the inputs of a roofline bound."""
+
+    definition: str
+    workload: str
+    axes: dict[str, int]
+    flops_by_class: dict[str, float] | None
+    """Flops per dtype class; ``None`` when the reference could not be counted."""
+    bytes: int
+    input_bytes: int
+    output_bytes: int
+    bytes_by_tensor: dict[str, int] = Field(default_factory=dict)
+    ops: list[OpCount] = Field(default_factory=list)
+    method: Method
+    reason: str | None = None
+    """Why flops are unknown (``method == "none"``)."""
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def flops(self) -> float | None:
+        return None if self.flops_by_class is None else float(sum(self.flops_by_class.values()))
+
+
+def dtype_class(dtype: torch.dtype) -> str:
+    """The dtype class whose rate a matmul operand of this dtype runs at."""
+    if dtype == torch.float64:
+        return "fp64"
+    if dtype == torch.float32:
+        return "fp32"
+    if dtype in (torch.float16, torch.bfloat16):
+        return "bf16"
+    if dtype == torch.float4_e2m1fn_x2:
+        return "fp4"
+    if dtype.itemsize == 1:  # float8 variants, int8, uint8
+        return "fp8"
+    return "fp32"  # wider integers have no tensor-core path
+
+
+def tensor_bytes(definition: Definition, env: dict[str, int]) -> tuple[dict[str, int], int, int]:
+    """Bytes of each tensor input and output (prefixed ``in:`` / ``out:``), and the two sums."""
+    sizes: dict[str, int] = {}
+    totals = [0, 0]
+    for i, (prefix, specs) in enumerate((("in", definition.inputs),
+                                         ("out", definition.outputs))):
+        for name, spec in specs.items():
+            shape = resolve_shape(spec.shape, env)
+            if shape is None:
+                continue
+            n = 1
+            for d in shape:
+                n *= d
+            sizes[f"{prefix}:{name}"] = n * _ITEMSIZE[spec.dtype]
+            totals[i] += n * _ITEMSIZE[spec.dtype]
+    return sizes, totals[0], totals[1]
+
+
+def _classify(op: str, args: tuple[Any, ...]) -> tuple[str, float]:
+    idx = _OPERANDS.get(op, _DEFAULT_OPERANDS if op.startswith(_ATTENTION_PREFIXES) else (0, 1))
+    operands = [args[i] for i in idx if i < len(args) and isinstance(args[i], torch.Tensor)]
+    if not operands:
+        operands = [a for a in args if isinstance(a, torch.Tensor)]
+    classes = [dtype_class(t.dtype) for t in operands] or ["fp32"]
+    packed_fp4 = any(t.dtype == torch.float4_e2m1fn_x2 for t in operands)
+    return max(classes, key=_CLASS_RANK.__getitem__), 2.0 if packed_fp4 else 1.0
+
+
+def _device_redirect(device: str) -> Any:
+    """A TorchFunctionMode that moves tensors a reference puts on ``cuda`` to ``device``."""
+    from torch.overrides import TorchFunctionMode
+
+    target = torch.device(device)
+
+    def is_cuda(d: Any) -> bool:
+        return (isinstance(d, str | torch.device) and torch.device(d).type == "cuda"
+                and target.type != "cuda")
+
+    class _Redirect(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = dict(kwargs or {})
+            if is_cuda(kwargs.get("device")):
+                kwargs["device"] = target
+            if func is torch.Tensor.cuda:
+                return args[0].to(target)
+            if func is torch.Tensor.to and len(args) > 1 and is_cuda(args[1]):
+                args = (args[0], target, *args[2:])
+            return func(*args, **kwargs)
+
+    return _Redirect()
+
+
+def _counter_mode(placeholders: bool) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    scalar_read = torch.ops.aten._local_scalar_dense.default
+
+    class _Counter(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.counts: dict[tuple[str, str], list[float]] = {}
+            self.placeholder_reads = 0
+            self.not_decomposable: set[Any] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
+            if placeholders and func is scalar_read and args[0].device.type == "meta":
+                self.placeholder_reads += 1
+                dt = args[0].dtype
+                return True if dt == torch.bool else (1.0 if dt.is_floating_point else 1)
+            packet = func._overloadpacket
+            if (packet not in flop_registry and func is not torch.ops.prim.device.default
+                    and func not in self.not_decomposable):
+                with self:
+                    r = func.decompose(*args, **kwargs)
+                if r is not NotImplemented:
+                    return r
+                self.not_decomposable.add(func)
+            out = func(*args, **kwargs)
+            if packet in flop_registry:
+                name = packet.__name__
+                flops = flop_registry[packet](*args, **kwargs, out_val=out)
+                cls, factor = _classify(name, args)
+                slot = self.counts.setdefault((name, cls), [0, 0.0])
+                slot[0] += 1
+                slot[1] += float(flops) * factor
+            return out
+
+    return _Counter()
+
+
+def _reference_module(definition: Definition) -> types.ModuleType:
+    module = types.ModuleType(f"kernelarc_reference_{definition.name}")
+    code = compile(definition.reference, f"<reference of {definition.name}>", "exec")
+    exec(code, module.__dict__)
+    return module
+
+
+def _placeholder_scalar(spec: TensorSpec) -> bool | int | float:
+    if spec.dtype == DType.bool:
+        return False
+    return 0.5 if spec.dtype.is_float else 1
+
+
+def _synthetic(spec: TensorSpec, shape: tuple[int, ...], device: str,
+               gen: torch.Generator) -> torch.Tensor:
+    dt = _TORCH_DTYPE[spec.dtype]
+    if spec.dtype == DType.float4_e2m1fn_x2:
+        raw = torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen)
+        return raw.view(dt).to(device)
+    if spec.dtype.is_float and spec.dtype != DType.float4_e2m1:
+        x = torch.randn(shape, generator=gen)
+        if dt.itemsize == 1:
+            x = x.clamp(-2, 2)
+        return x.to(device=device, dtype=dt)
+    return torch.zeros(shape, dtype=dt, device=device)
+
+
+def _generated_inputs(definition: Definition, workload: Workload, device: str,
+                      module: types.ModuleType, notes: list[str]) -> list[Any] | None:
+    """Real inputs from ``problem.inputs.generate_inputs`` when that module is present
+    (it makes valid index tensors); safetensors inputs are generated instead of loaded."""
+    try:
+        from kernelarc.problem.inputs import generate_inputs
+    except ImportError:
+        return None
+    blobs = [n for n, s in workload.inputs.items() if isinstance(s, SafetensorsInput)]
+    if blobs:
+        inputs = {n: RandomInput() if n in blobs else s for n, s in workload.inputs.items()}
+        workload = workload.model_copy(update={"inputs": inputs})
+        notes.append(f"safetensors inputs {blobs} generated instead of loaded")
+    gen = generate_inputs(definition, workload, device=device, seed=SEED, problem_root=None,
+                          reference_module=module)
+    notes.extend(gen.notes)
+    return [gen.values[n] for n in definition.inputs]
+
+
+def _build_inputs(definition: Definition, workload: Workload, env: dict[str, int],
+                  device: str, module: types.ModuleType, notes: list[str]) -> list[Any]:
+    scalars = workload.scalar_inputs()
+    if device != "meta":
+        real = _generated_inputs(definition, workload, device, module, notes)
+        if real is not None:
+            return real
+    if device != "meta" and workload.is_custom and definition.custom_inputs_entrypoint:
+        fn: Callable[..., dict[str, Any]] = getattr(module, definition.custom_inputs_entrypoint)
+        values = fn({**env, **scalars}, torch.device(device))
+        missing = [n for n in definition.inputs if n not in values]
+        if missing:
+            raise ValueError(f"custom inputs entrypoint did not return {missing}")
+        return [values[n] for n in definition.inputs]
+    gen = torch.Generator().manual_seed(SEED)
+    args: list[Any] = []
+    for name, spec in definition.inputs.items():
+        shape = resolve_shape(spec.shape, env)
+        if shape is None:
+            if name in scalars:
+                args.append(scalars[name])
+            else:
+                args.append(_placeholder_scalar(spec))
+                notes.append(f"scalar {name} has no value here: placeholder "
+                             f"{args[-1]!r} used")
+            continue
+        if device == "meta":
+            args.append(torch.empty(shape, dtype=_TORCH_DTYPE[spec.dtype], device="meta"))
+        else:
+            args.append(_synthetic(spec, shape, device, gen))
+    if device != "meta":
+        note = "synthetic input values (floats ~N(0,1), integers and bools 0)"
+        if any(getattr(s, "type", "") == "safetensors" for s in workload.inputs.values()):
+            note += "; safetensors inputs were not loaded"
+        notes.append(note)
+    return args
+
+
+def _run_counted(definition: Definition, workload: Workload, env: dict[str, int],
+                 device: str, placeholders: bool,
+                 notes: list[str]) -> tuple[dict[str, float], list[OpCount]]:
+    module = _reference_module(definition)
+    args = _build_inputs(definition, workload, env, device, module, notes)
+    mode = _counter_mode(placeholders)
+    with _device_redirect(device), mode:
+        module.run(*args)
+    if mode.placeholder_reads:
+        notes.append(f"{mode.placeholder_reads} data-dependent scalar read(s) on meta tensors "
+                     "returned placeholders (1 / 1.0 / True): control flow that depends on "
+                     "values may differ from a real run")
+    by_class: dict[str, float] = {}
+    ops: list[OpCount] = []
+    for (op, cls), (calls, flops) in sorted(mode.counts.items()):
+        by_class[cls] = by_class.get(cls, 0.0) + flops
+        ops.append(OpCount(op=op, dtype_class=cls, calls=int(calls), flops=flops))
+    return by_class, ops
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
+
+
+def count_workload(definition: Definition, workload: Workload, *,
+                   device: Literal["meta", "cpu", "cuda"] = "meta",
+                   cpu_limit_bytes: int = CPU_LIMIT_BYTES) -> WorkloadCost:
+    """Flops per dtype class and bytes of one workload (see the module docstring).
+
+    ``device="meta"`` (default) counts on meta tensors with the fallbacks described above;
+    ``"cpu"`` or ``"cuda"`` run the reference on real tensors of that device directly.
+    """
+    env = resolve_axes(definition, workload)
+    sizes, in_bytes, out_bytes = tensor_bytes(definition, env)
+    notes: list[str] = []
+    errors: list[str] = []
+    attempts: list[tuple[Method, str, bool]]
+    if device == "meta":
+        attempts = [("meta", "meta", False)]
+        if in_bytes <= cpu_limit_bytes:
+            attempts.append(("cpu", "cpu", False))
+        attempts.append(("meta-placeholders", "meta", True))
+    elif device in ("cpu", "cuda"):
+        attempts = [(device, device, False)]
+    else:
+        raise ValueError(f"device must be 'meta', 'cpu' or 'cuda', not {device!r}")
+
+    def cost(**kw: Any) -> WorkloadCost:
+        return WorkloadCost(definition=definition.name, workload=workload.uuid, axes=env,
+                            bytes=in_bytes + out_bytes, input_bytes=in_bytes,
+                            output_bytes=out_bytes, bytes_by_tensor=sizes, **kw)
+
+    for method, dev, placeholders in attempts:
+        attempt_notes: list[str] = []
+        try:
+            by_class, ops = _run_counted(definition, workload, env, dev, placeholders,
+                                         attempt_notes)
+        except Exception as e:  # any failure of the reference: recorded, next attempt
+            errors.append(f"{method}: {_describe(e)}")
+            continue
+        if errors:
+            notes.append("earlier attempts failed: " + "; ".join(errors))
+        return cost(flops_by_class=by_class, ops=ops, method=method, notes=notes + attempt_notes)
+    if device == "meta" and in_bytes > cpu_limit_bytes:
+        errors.append(f"cpu: not tried, inputs are {in_bytes / 2**20:.0f} MiB "
+                      f"> {cpu_limit_bytes / 2**20:.0f} MiB")
+    reason = (f"{definition.name} workload {workload.uuid}: the reference could not be "
+              f"counted ({'; '.join(errors)}); count it on a GPU with device='cuda'")
+    return cost(flops_by_class=None, method="none", reason=reason, notes=notes)

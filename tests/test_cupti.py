@@ -1,0 +1,115 @@
+"""Tests of CUPTI activity timing (kernelarc.guard.cupti).
+
+Without CUDA only the probe and the errors can be checked; the GPU tests need a CUDA device
+and cupti-python, and are skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from kernelarc.guard.cupti import (
+    ActivitySpan,
+    CuptiUnavailable,
+    cupti_available,
+    cupti_unavailable_reason,
+)
+
+HAS_CUDA = torch.cuda.is_available()
+HAS_CUPTI_PKG = importlib.util.find_spec("cupti") is not None
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the no-CUDA answer")
+def test_unavailable_without_cuda() -> None:
+    assert cupti_available() is False
+    reason = cupti_unavailable_reason()
+    assert reason is not None
+    assert ("cupti-python" in reason) if not HAS_CUPTI_PKG else ("CUDA" in reason)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the no-CUDA answer")
+def test_entering_a_span_without_cupti_raises_clearly() -> None:
+    span = ActivitySpan()
+    with pytest.raises(CuptiUnavailable, match="unavailable"), span:
+        pass
+
+
+gpu = pytest.mark.skipif(
+    not (HAS_CUDA and HAS_CUPTI_PKG), reason="needs a CUDA device and cupti-python"
+)
+
+
+@pytest.mark.gpu
+@gpu
+def test_matmul_span() -> None:
+    assert cupti_available()
+    a = torch.randn(2048, 2048, device="cuda")
+    b = torch.randn(2048, 2048, device="cuda")
+    torch.cuda.synchronize()
+    span = ActivitySpan()
+    with span:
+        a @ b
+    first = span.span_ms
+    names = span.kernel_names
+    assert first > 0
+    assert names and all(names)
+    # reusable: a second block starts empty and sees the same kernels
+    with span:
+        a @ b
+    assert span.kernel_names == names
+    assert span.span_ms > 0
+    with span:
+        for _ in range(4):
+            a @ b
+    assert len(span.kernel_names) == 4 * len(names)
+    assert span.span_ms > 2 * first
+
+
+@pytest.mark.gpu
+@gpu
+def test_side_stream_work_is_in_the_span() -> None:
+    a = torch.randn(4096, 4096, device="cuda")
+    side = torch.cuda.Stream()
+    span = ActivitySpan()
+    with span, torch.cuda.stream(side):
+        for _ in range(3):
+            a @ a
+    side_only = span.span_ms
+    assert side_only > 0 and span.kernel_names
+
+    x = torch.zeros(16, device="cuda")
+    with span:
+        x.add_(1)  # tiny kernel on the default stream
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                a @ a
+    names = span.kernel_names
+    assert len(names) >= 2
+    assert span.span_ms >= 0.8 * side_only
+
+
+@pytest.mark.gpu
+@gpu
+def test_memcpy_and_memset_count() -> None:
+    host = torch.randn(1 << 24).pin_memory()
+    dev = torch.empty_like(host, device="cuda")
+    span = ActivitySpan()
+    with span:
+        dev.copy_(host, non_blocking=True)
+    assert span.span_ms > 0
+    assert any(r.kind == "memcpy" for r in span.records)
+    assert span.kernel_names == []
+
+
+@pytest.mark.gpu
+@gpu
+def test_no_activity_raises() -> None:
+    span = ActivitySpan()
+    with span:
+        pass
+    with pytest.raises(RuntimeError, match="no GPU activity"):
+        _ = span.span_ms

@@ -1,0 +1,124 @@
+"""Tests of the noise-aware comparison rule in kernelarc.guard.noise."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from pydantic import ValidationError
+
+from kernelarc.guard.noise import MIN_SAMPLES, Samples, is_better
+
+
+def draw(median: float, rel_noise: float, n: int, seed: int) -> Samples:
+    """n latencies around ``median`` with multiplicative normal noise of ``rel_noise``."""
+    rng = random.Random(seed)
+    return Samples(latencies_ms=[median * math.exp(rng.gauss(0.0, rel_noise)) for _ in range(n)])
+
+
+def workloads(median: float, rel_noise: float, n: int, seed: int, w: int = 4) -> list[Samples]:
+    return [draw(median * (1 + k), rel_noise, n, seed * 100 + k) for k in range(w)]
+
+
+def test_sample_statistics() -> None:
+    s = Samples(latencies_ms=[5.0, 1.0, 4.0, 2.0, 3.0])
+    assert s.median == 3.0
+    assert s.p10 == pytest.approx(1.4)
+    assert s.p90 == pytest.approx(4.6)
+    assert s.mad == 1.0
+    assert s.rel_spread == pytest.approx((4.6 - 1.4) / 3.0)
+    assert Samples(latencies_ms=[1.0, 2.0, 3.0, 4.0]).median == 2.5
+
+
+def test_samples_must_be_positive_and_finite() -> None:
+    for bad in ([], [1.0, 0.0], [1.0, -2.0], [math.nan], [math.inf]):
+        with pytest.raises(ValidationError):
+            Samples(latencies_ms=bad)
+
+
+def test_same_samples_are_not_better() -> None:
+    inc = workloads(1.0, 0.02, 30, seed=1)
+    d = is_better(inc, inc)
+    assert not d.better
+    assert d.speedup == pytest.approx(1.0)
+
+
+def test_identical_distributions_are_not_better() -> None:
+    for seed in range(20):
+        d = is_better(workloads(1.0, 0.02, 30, seed=seed), workloads(1.0, 0.02, 30, seed + 50))
+        assert not d.better, (seed, d.reason)
+
+
+def test_clear_ten_percent_gain_is_better() -> None:
+    inc = workloads(1.0, 0.02, 30, seed=2)
+    cand = workloads(1.0 / 1.1, 0.02, 30, seed=3)
+    d = is_better(cand, inc)
+    assert d.better, d.reason
+    assert d.speedup == pytest.approx(1.1, rel=0.02)
+    assert d.threshold < d.speedup
+    assert len(d.per_workload) == 4
+    assert all(row.speedup > 1.05 for row in d.per_workload)
+
+
+def test_half_percent_gain_is_below_min_gain() -> None:
+    inc = workloads(1.0, 0.001, 50, seed=4)
+    cand = workloads(1.0 / 1.005, 0.001, 50, seed=5)
+    d = is_better(cand, inc)
+    assert not d.better
+    assert d.speedup > 1.0  # real, measurable, but not worth a step
+    assert "minimum gain" in d.reason
+    assert is_better(cand, inc, min_gain=0.001).better  # the noise test alone passes
+
+
+def test_noisy_five_percent_with_few_samples_is_not_better() -> None:
+    # 20% spread (p90-p10 over median) is a log sigma of about 0.2 / 2.563 = 0.078
+    inc = [draw(1.0, 0.078, 5, seed=6)]
+    cand = [draw(1.0 / 1.05, 0.078, 5, seed=7)]
+    assert 0.1 < inc[0].rel_spread < 0.4
+    d = is_better(cand, inc)
+    assert not d.better
+    assert "noise" in d.reason
+    # the same gain with the same noise becomes significant with many samples
+    inc_many = [draw(1.0, 0.078, 2000, seed=8)]
+    cand_many = [draw(1.0 / 1.05, 0.078, 2000, seed=9)]
+    assert is_better(cand_many, inc_many).better
+
+
+def test_more_workloads_reduce_the_noise_bar() -> None:
+    one = is_better(workloads(0.95, 0.05, 10, 10, w=1), workloads(1.0, 0.05, 10, 11, w=1))
+    many = is_better(workloads(0.95, 0.05, 10, 10, w=16), workloads(1.0, 0.05, 10, 11, w=16))
+    assert many.threshold < one.threshold
+
+
+def test_slower_candidate_is_not_better() -> None:
+    d = is_better(workloads(1.2, 0.01, 20, 12), workloads(1.0, 0.01, 20, 13))
+    assert not d.better and d.speedup < 1.0
+
+
+def test_zero_mad_uses_noise_floor() -> None:
+    inc = [Samples(latencies_ms=[1.0] * 10)]
+    cand = [Samples(latencies_ms=[1.0 / 1.02] * 10)]
+    d = is_better(cand, inc)
+    expected_sigma = math.sqrt(2) * math.sqrt(math.pi / 2) * 1e-3 / math.sqrt(10)
+    assert d.per_workload[0].sigma == pytest.approx(expected_sigma)
+    assert d.better
+    assert not is_better(cand, inc, noise_floor=0.05).better
+
+
+def test_mismatched_lengths_raise() -> None:
+    with pytest.raises(ValueError, match="same workloads"):
+        is_better(workloads(1.0, 0.01, 10, 1, w=3), workloads(1.0, 0.01, 10, 2, w=2))
+
+
+def test_empty_and_too_few_samples_raise() -> None:
+    with pytest.raises(ValueError, match="no workloads"):
+        is_better([], [])
+    few = [Samples(latencies_ms=[1.0] * (MIN_SAMPLES - 1))]
+    with pytest.raises(ValueError, match="incumbent workload 0"):
+        is_better(workloads(1.0, 0.01, 10, 1, w=1), few)
+
+
+def test_deterministic() -> None:
+    a, b = workloads(0.97, 0.03, 15, 20), workloads(1.0, 0.03, 15, 21)
+    assert is_better(a, b) == is_better(a, b)
