@@ -13,7 +13,9 @@ so it imports fine without either. API used, from cupti-python's documented bind
 ``(buffer_size_bytes, max_records)``, 0 meaning as many as fit; ``completed(records)``
 receives the records of one buffer as Python objects with ``kind``, ``start``, ``end`` in
 ns, ``correlation_id`` and, for kernels, ``name``), ``activity_enable(kind)``,
-``activity_disable(kind)`` and ``activity_flush_all(flag)``.
+``activity_disable(kind)`` and ``activity_flush_all(flag)``. Checked on an H200 with
+cupti-python 13.0.1 (CUPTI 13.0, torch 2.11 cu130): an 8192^3 bf16 matmul spans 1.40 ms
+(its cuBLAS workspace memset included) where CUDA events read 1.51 ms.
 
 How a span runs: ``__enter__`` synchronizes the device (so earlier work is not recorded as
 overlapping), points CUPTI's buffer callbacks at this span and enables the kinds;

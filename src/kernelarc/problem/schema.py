@@ -154,7 +154,7 @@ class Tolerance(_Model):
     max_error_cap: float | None = Field(default=None, ge=0)
     allow_negative_inf: bool = False
     ignored_keys: list[str] = Field(default_factory=list, exclude=True)
-    """Keys present in the file that the official harness ignores (e.g. ``required_match_ratio``)."""
+    """Keys in the file that the official harness ignores (``required_match_ratio``)."""
 
     @model_validator(mode="before")
     @classmethod
