@@ -10,6 +10,9 @@ Two halves, run in different processes:
 - Worker side (the isolated candidate process): :func:`load_entry` imports the built module
   from the :class:`BuildArtifact` and returns the entry function.
 
+Also here, shared by builders: :func:`stage_sources`, cache-file helpers (atomic JSON
+writes, ``flock``) and :func:`kill_process_tree` for build processes that run out of time.
+
 Every failure is a :class:`BuildError` (short reason as the message, full compiler output or
 traceback in ``.log``); the evaluator turns it into a COMPILE_ERROR trace.
 
@@ -123,7 +126,7 @@ def stage_sources(solution: Solution, dest: Path) -> None:
         wanted.add(target)
         wanted.update(target.parents)
     for path in sorted(dest.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if path in wanted or path.name.endswith(".tmp") and path.name.startswith("."):
+        if path in wanted or (path.name.startswith(".") and path.name.endswith(".tmp")):
             continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)

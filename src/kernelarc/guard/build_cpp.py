@@ -9,8 +9,9 @@ Parent side, :class:`CudaCppBuilder` (languages cuda_cpp, cutlass, cudnn, cublas
    error is raised again without rebuilding. An entry recorded under another toolchain
    (torch version, Python, final flags) is rebuilt.
 3. Otherwise stage the sources in the entry and run ``python -m kernelarc.guard.build_cpp
-   --spec JSON`` in a new process group, with the time limit; on timeout the whole group
-   (ninja, compilers) is killed. Timeouts and toolchain problems are not cached.
+   --spec JSON`` in a new session, with the time limit; on timeout the whole process tree
+   (ninja and the compilers, which ninja puts in groups of their own) is frozen and killed.
+   Timeouts and toolchain problems (no ninja, CPU-only torch for ``.cu``) are not cached.
 4. Copy the ``.so`` next to freshly staged sources in ``<work_dir>/<content_hash>/``, so the
    candidate never loads from the cache itself.
 
@@ -358,7 +359,7 @@ class CudaCppBuilder(Builder):
             raise BuildError(f"build process exited {rc} without reporting a result", log)
         res = CppBuildResult.model_validate(result)
         if not res.ok or res.library is None:
-            reason = res.reason or f"build failed (exit {rc})"
+            reason = (res.reason or f"build failed (exit {rc})").replace(f"{src_dir}{os.sep}", "")
             if res.kind != "environment":
                 write_json_atomic(fail_path, {"fingerprint": fingerprint, "reason": reason})
             raise BuildError(reason, log)

@@ -35,6 +35,11 @@ def _without_run(source: str) -> str:
     return ast.unparse(tree)
 
 
+#: Non-tensor return values that are plain bugs (RUNTIME_ERROR); any other object in place
+#: of an output tensor is treated as posing as one (REWARD_HACK[output-type]).
+_HONEST_MISTAKES = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict)
+
+
 def _viol(vs: list[Violation]) -> list[dict[str, str]]:
     return [{"check": v.check, "detail": v.detail} for v in vs]
 
@@ -95,12 +100,13 @@ class CandidateRole:
                 "log": traceback.format_exc(limit=8),
             }
         self.import_violations = self.sentinel.check_after_call() + self.sentinel.take()
+        self._timed: dict[str, tuple[list[Any], list[Any]]] = {}
 
     def setup_reply(self) -> dict[str, Any]:
         from kernelarc.guard.worker import environment_info
 
         if self.load_error:
-            return self.load_error
+            return {**self.load_error, "violations": _viol(self.import_violations)}
         return {
             "ok": True,
             "violations": _viol(self.import_violations),
@@ -153,7 +159,10 @@ class CandidateRole:
         found = []
         ranges = [_storage_range(t) for t in inputs if isinstance(t, torch.Tensor)]
         for name, t in zip(self.definition.outputs, outs, strict=False):
-            if isinstance(t, torch.Tensor) and type(t) is not torch.Tensor:
+            if not isinstance(t, torch.Tensor) and not isinstance(t, _HONEST_MISTAKES):
+                found.append(Violation("output-type", f"{name} is a {type(t).__qualname__} "
+                                                      "posing as a tensor"))
+            elif isinstance(t, torch.Tensor) and type(t) is not torch.Tensor:
                 found.append(
                     Violation(
                         "output-type",
@@ -198,14 +207,28 @@ class CandidateRole:
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:
         import torch
 
+        from kernelarc.guard.timing import poison
         from kernelarc.problem.schema import Workload
 
         wl = Workload.model_validate(msg["workload"])
         seed = int(msg["seed"])
         with self.sentinel.harness():
             inputs = self._generate(wl, seed)
-            pristine = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
             outputs = self._alloc_outputs(wl) if self.dps else []
+            reuse = self._timed.pop(wl.uuid, None) if msg.get("reuse_timed") else None
+            if reuse is not None:
+                # Fresh values at the very addresses the last timed call used: a result
+                # cached by pointer is now stale and fails the comparison.
+                old_in, old_out = reuse
+                for buf, new in zip(old_in, inputs, strict=True):
+                    if isinstance(buf, torch.Tensor):
+                        buf.copy_(new)
+                inputs = old_in
+                if self.dps:
+                    for buf in old_out:
+                        poison(buf)
+                    outputs = old_out
+            pristine = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         try:
@@ -306,6 +329,8 @@ class CandidateRole:
                     sampled[str(seeds[j])] = self._write(
                         last[j], f"{wl.uuid[:12]}_t{seeds[j]}", Path(msg["exchange_dir"])
                     )
+        final = (calls - 1) % k
+        self._timed = {wl.uuid: (pool[final], outs[final])}
         pool.clear()
         outs.clear()
         last.clear()

@@ -85,6 +85,10 @@ _SPAWN_EVENTS = frozenset(
     {"os.system", "os.exec", "os.fork", "os.forkpty", "os.spawn", "os.posix_spawn", "pty.spawn"}
 )
 _LIST_EVENTS = frozenset({"os.listdir", "os.scandir", "glob.glob"})
+#: Environment variables that libraries manage themselves at run time (torch.compile and
+#: Triton set their cache locations lazily); changes to these are not tampering.
+LIBRARY_ENV_PREFIXES = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE_", "TRITON_CACHE",
+                        "TRITON_HOME", "PYTORCH_KERNEL_CACHE")
 
 
 @dataclass(frozen=True)
@@ -154,12 +158,15 @@ def _integrity_targets(modules: list[Any]) -> list[tuple[str, Any, str]]:
             "empty",
             "empty_like",
             "from_file",
-            "manual_seed",
             "isnan",
             "isinf",
             "abs",
+            "allclose",
+            "isclose",
+            "where",
         )
     ]
+    out += [("torch.testing", torch.testing, "assert_close")]
     out += [
         ("torch.Tensor", torch.Tensor, n)
         for n in (
@@ -272,7 +279,9 @@ class Sentinel:
         elif event == "ctypes.dlopen":
             self._check_dlopen(args[0])
         elif event in ("os.putenv", "os.unsetenv"):
-            self._flag("env-tamper", f"{event}({os.fsdecode(args[0])!r})")
+            key = os.fsdecode(args[0])
+            if not key.startswith(LIBRARY_ENV_PREFIXES):
+                self._flag("env-tamper", f"{event}({key!r})")
         elif event == "sys.addaudithook":
             self._flag("guard-integrity", "the solution installed an audit hook")
 
@@ -333,8 +342,11 @@ class Sentinel:
             found.append(Violation("subprocess", f"child processes left running: {kids}"))
         env = dict(os.environ)
         if env != self._env:
-            keys = sorted(k for k in set(env) | set(self._env) if env.get(k) != self._env.get(k))
-            found.append(Violation("env-tamper", f"environment changed: {keys}"))
+            keys = sorted(k for k in set(env) | set(self._env)
+                          if env.get(k) != self._env.get(k)
+                          and not k.startswith(LIBRARY_ENV_PREFIXES))
+            if keys:
+                found.append(Violation("env-tamper", f"environment changed: {keys}"))
         return found
 
     def precision_changes(self) -> dict[str, Any]:

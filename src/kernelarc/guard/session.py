@@ -96,6 +96,11 @@ class CandidateSession:
             raise Verdict("TIMEOUT", f"loading the solution: {e}") from None
         except WorkerCrashed as e:
             raise Verdict("RUNTIME_ERROR", f"loading the solution crashed: {e}") from None
+        bad = from_violations(reply.get("violations", []))
+        if bad is not None:
+            w.kill()
+            self.fatal = bad
+            raise bad
         if reply.get("error") == "compile":
             w.kill()
             self.fatal = Verdict("COMPILE_ERROR", f"{reply.get('message')}\n{reply.get('log', '')}")
@@ -103,11 +108,6 @@ class CandidateSession:
         if not reply.get("ok"):
             w.kill()
             raise _reply_verdict(reply)
-        bad = from_violations(reply.get("violations", []))
-        if bad is not None:
-            w.kill()
-            self.fatal = bad
-            raise bad
         self.precision = reply.get("precision") or {}
         self.worker = w
         return w
@@ -215,8 +215,8 @@ class CandidateSession:
                     raise
                 raise hack("recheck", f"a timed call's output is wrong ({v.log})") from None
         seed = derive_seed(cfg.seed, uuid, RECHECK_ROUND)
-        reply = self._cand({"op": "run", "workload": wj, "seed": seed, "exchange_dir": exchange},
-                           deadline, "re-check")
+        reply = self._cand({"op": "run", "workload": wj, "seed": seed, "exchange_dir": exchange,
+                            "reuse_timed": True}, deadline, "re-check")
         try:
             self._judge_round(wl, seed, reply["outputs"], outcome, deadline, "re-check")
         except Verdict as v:

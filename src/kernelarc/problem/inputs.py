@@ -16,14 +16,16 @@ the inputs in definition order, so the result is a function of (seed, device). S
   dropped (``layer_norm1_weight`` -> layer, norm, weight). Float rules, first match wins:
 
   1. first token ``grad``: randn (gradients are unconstrained).
-  2. exact SSM/gate names: ``A_log`` -> log U[1, 16]; ``A`` -> -U[1, 16] (= -exp(A_log));
+  2. exact SSM/gate names: ``A_log`` -> log U[1, 16]; ``A`` -> -U[1, 16] (= -exp(A_log)),
+     only when the inputs also include ``B``, ``C`` and ``D`` or ``dt`` (else a GEMM's A);
      ``A_cumsum`` -> cumulative sum over the last dim of -U[0, 1); ``g`` -> -U[0, 1);
      ``dt`` -> log-uniform in [1e-3, 1e-1]; ``beta`` -> sigmoid(randn), in (0, 1).
   3. norm parameters: a norm token (``ln gn bn grn rms`` or one ending in ``norm``) before
      a last token ``weight/gamma/scale`` -> ones, or ``bias/beta`` -> zeros.
-  4. a token containing ``mask``: causal (0 on/below the diagonal, ``finfo.min`` above,
-     bottom-right aligned) when the last two dims are the same axis name, or the tensor is
-     >= 3-D with 1 < rows <= cols; otherwise a {0, 1} mask.
+  4. masks (last token ends in ``mask``/``masks``: ``attention_mask``, not ``mask_tokens``):
+     causal (0 on/below the diagonal, ``finfo.min`` above, bottom-right aligned) when the
+     last two dims are the same axis name, or the tensor is >= 3-D with 1 < rows <= cols;
+     otherwise a {0, 1} mask.
   5. token ``cos`` / ``sin``: cos / sin of randn clamped to [-pi, pi].
   6. softmax outputs (token ``softmax probs prob``, or the name contains ``attn_weights
      attention_weights attn_probs p_attn routing_weights``): softmax of randn, last dim.
@@ -42,7 +44,7 @@ the inputs in definition order, so the result is a function of (seed, device). S
 
   a. ``indptr`` token or ``cu_seqlens``: non-decreasing offsets from 0 to a total axis
      (``total_q``, ``num_kv_indices``, ...) when one is found, else steps of 1..16.
-  b. a ``mask`` token: {0, 1}.
+  b. a mask (as in 4): {0, 1}.
   c. index-like (token ``ids id idx index indices pos``, ``position`` in the name, ``topk``
      token, or a name ending in ``_experts``): randint(0, bound). The bound comes from an
      axis by topic: experts (``num_experts``...; top-k rows are distinct when they fit),
@@ -169,6 +171,13 @@ def generate_inputs(
     if workload.is_custom:
         module = reference_module or load_reference_module(definition)
         return GeneratedInputs(_custom_inputs(definition, workload, env, dev, module, notes), notes)
+    for name, blob in workload.inputs.items():  # fail on absent blobs before allocating
+        if isinstance(blob, SafetensorsInput):
+            try:
+                _blob_path(blob, problem_root, name)
+            except MissingBlobError as e:
+                raise MissingBlobError(f"{where}: {e}") from e
+    ctx = _Ctx(env, dev, notes, frozenset(definition.inputs))
     values: dict[str, Any] = {}
     for name, spec in definition.inputs.items():
         src = workload.inputs.get(name)
@@ -181,11 +190,9 @@ def generate_inputs(
             elif isinstance(src, CustomInput):  # excluded by Workload's validator
                 raise InputGenerationError("custom inputs mixed with others")
             else:
-                values[name] = _random(name, spec, shape, env, dev, notes)
-        except MissingBlobError as e:
-            raise MissingBlobError(f"{where}: {e}") from e
+                values[name] = _random(name, spec, shape, ctx)
         except InputGenerationError as e:
-            raise InputGenerationError(f"{where}: input {name!r}: {e}") from e
+            raise type(e)(f"{where}: input {name!r}: {e}") from e
         except Exception as e:
             raise InputGenerationError(
                 f"{where}: input {name!r} (shape {shape}, {spec.dtype.value}) failed: "
@@ -219,14 +226,7 @@ def _scalar(
     return torch.full(shape, cast, dtype=torch_dtype(spec.dtype), device=dev)
 
 
-def _from_safetensors(
-    src: SafetensorsInput,
-    spec: TensorSpec,
-    shape: tuple[int, ...] | None,
-    dev: Any,
-    root: Path | None,
-    name: str,
-) -> Any:
+def _blob_path(src: SafetensorsInput, root: Path | None, name: str) -> Path:
     path = Path(root) / src.path if root is not None else None
     if path is None or not path.is_file():
         at = f"under {root}" if root is not None else "(no problem_root was given)"
@@ -236,6 +236,18 @@ def _from_safetensors(
             "in the problem directory at that path, or use a generator for these index "
             "tensors (future work)."
         )
+    return path
+
+
+def _from_safetensors(
+    src: SafetensorsInput,
+    spec: TensorSpec,
+    shape: tuple[int, ...] | None,
+    dev: Any,
+    root: Path | None,
+    name: str,
+) -> Any:
+    path = _blob_path(src, root, name)
     from safetensors import safe_open
 
     try:
@@ -312,61 +324,62 @@ def _custom_inputs(
 # ---------------------------------------------------------------- random
 
 
+@dataclass(frozen=True)
+class _Ctx:
+    env: Mapping[str, int]
+    dev: Any
+    notes: list[str]
+    siblings: frozenset[str]
+    """Names of all inputs of the definition (some rules look at the other inputs)."""
+
+
 def _tokens(name: str) -> list[str]:
     return [t.rstrip("0123456789") for t in name.lower().split("_") if t.rstrip("0123456789")]
 
 
-def _random(
-    name: str,
-    spec: TensorSpec,
-    shape: tuple[int, ...] | None,
-    env: Mapping[str, int],
-    dev: Any,
-    notes: list[str],
-) -> Any:
+def _is_mask(name: str) -> bool:
+    toks = _tokens(name)
+    return bool(toks) and toks[-1].endswith(("mask", "masks"))
+
+
+def _random(name: str, spec: TensorSpec, shape: tuple[int, ...] | None, ctx: _Ctx) -> Any:
     import torch
+
+    from kernelarc.problem import lowbit
 
     if shape is None:
         if spec.dtype == DType.bool:
             return bool(torch.randint(0, 2, ()).item())
         if spec.dtype.is_float:
             return float(torch.rand(()).item())
-        return int(_int_tensor(name, spec.dtype, (), env, torch.device("cpu"), notes).item())
+        return int(_int_tensor(name, spec.dtype, (), ctx, torch.device("cpu")).item())
     if spec.dtype == DType.bool:
-        return torch.randint(0, 2, shape, device=dev).to(torch.bool)
+        return torch.randint(0, 2, shape, device=ctx.dev).to(torch.bool)
     if not spec.dtype.is_float:
-        return _int_tensor(name, spec.dtype, shape, env, dev, notes)
-    from kernelarc.problem import lowbit
-
+        return _int_tensor(name, spec.dtype, shape, ctx, ctx.dev)
     lowest = lowbit.lowest_value(spec.dtype)
     vshape = lowbit.value_shape(spec.dtype, shape)
     # FP4 keeps unit-scale weights: 1/sqrt(fan_in) would round them all to 0 in E2M1.
-    vals = _float_values(
-        name, spec.shape or [], vshape, dev, notes, lowest, spec.dtype not in FP4_DTYPES
-    )
-    is_mask = any("mask" in t for t in _tokens(name))
-    return lowbit.from_float32(vals, spec.dtype, clamp_fp8=not is_mask)
+    scaled = spec.dtype not in FP4_DTYPES
+    vals = _float_values(name, spec.shape or [], vshape, ctx, lowest, scaled)
+    return lowbit.from_float32(vals, spec.dtype, clamp_fp8=not _is_mask(name))
 
 
 _NORM_TOKENS = {"ln", "gn", "bn", "grn", "rms"}
 _POSITIVE = {"rstd", "invstd", "std", "stddev", "var", "variance", "scale", "scales", "eps",
              "epsilon", "temperature", "sigma"}  # fmt: skip
 _SOFTMAX_PHRASES = ("attn_weights", "attention_weights", "attn_probs", "p_attn", "routing_weights")
+_SSM = {"a_log": "log U[1,16]", "a_cumsum": "cumsum of -U[0,1)", "A": "-U[1,16]",
+        "g": "-U[0,1)", "dt": "log-uniform [1e-3, 1e-1]", "beta": "sigmoid(randn)"}  # fmt: skip
 
 
 def _float_values(
-    name: str,
-    syms: list[str],
-    shape: tuple[int, ...],
-    dev: Any,
-    notes: list[str],
-    lowest: float,
-    fan_in_scale: bool,
+    name: str, syms: list[str], shape: tuple[int, ...], ctx: _Ctx, lowest: float, scaled: bool
 ) -> torch.Tensor:
     """Float32 values for a random float input (see the module docstring for the rules)."""
     import torch
 
-    f32 = torch.float32
+    f32, dev = torch.float32, ctx.dev
     toks, lname = _tokens(name), name.lower()
 
     def uniform(lo: float, hi: float) -> torch.Tensor:
@@ -377,21 +390,17 @@ def _float_values(
 
     if toks and toks[0] == "grad":
         return randn()
-    ssm = {"a_log": "log U[1,16]", "a_cumsum": "cumsum of -U[0,1)", "A": "-U[1,16]",
-           "g": "-U[0,1)", "dt": "log-uniform [1e-3, 1e-1]", "beta": "sigmoid(randn)"}  # fmt: skip
     key = lname if lname in ("a_log", "a_cumsum") else name
-    if key in ssm:
-        notes.append(f"{name}: SSM/gate input, {ssm[key]}")
+    if key == "A" and not ({"B", "C"} <= ctx.siblings and {"D", "dt"} & ctx.siblings):
+        key = ""  # a GEMM's A, not a state-space decay
+    if key in _SSM:
+        ctx.notes.append(f"{name}: SSM/gate input, {_SSM[key]}")
         if key == "a_log":
             return uniform(1.0, 16.0).log()
         if key == "a_cumsum":
-            return (
-                (-torch.rand(shape, dtype=f32, device=dev)).cumsum(-1) if shape else -uniform(0, 1)
-            )
-        if key == "A":
-            return uniform(-16.0, -1.0)
-        if key == "g":
-            return -torch.rand(shape, dtype=f32, device=dev)
+            return (-uniform(0.0, 1.0)).cumsum(-1) if shape else -uniform(0.0, 1.0)
+        if key in ("A", "g"):
+            return uniform(-16.0, -1.0) if key == "A" else -uniform(0.0, 1.0)
         if key == "dt":
             return uniform(math.log(1e-3), math.log(1e-1)).exp()
         return torch.sigmoid(randn())
@@ -400,8 +409,8 @@ def _float_values(
             return torch.ones(shape, dtype=f32, device=dev)
         if toks[-1] in ("bias", "beta"):
             return torch.zeros(shape, dtype=f32, device=dev)
-    if any("mask" in t for t in toks):
-        return _mask(name, syms, shape, dev, notes, lowest)
+    if _is_mask(name):
+        return _mask(name, syms, shape, ctx, lowest)
     if "cos" in toks or "sin" in toks:
         angle = randn().clamp(-math.pi, math.pi)
         return angle.cos() if "cos" in toks else angle.sin()
@@ -412,26 +421,26 @@ def _float_values(
     if _POSITIVE & set(toks):
         return randn().abs() + 0.1
     is_weight = {"weight", "weights"} & set(toks) or toks[-1:] == ["proj"]
-    if len(shape) >= 2 and is_weight:
+    if len(shape) >= 2 and is_weight and scaled:
         fan_in = shape[-1] if len(shape) <= 3 else math.prod(shape[1:])
-        return randn() / math.sqrt(max(fan_in, 1)) if fan_in_scale else randn()
+        return randn() / math.sqrt(max(fan_in, 1))
     return randn()
 
 
 def _mask(
-    name: str, syms: list[str], shape: tuple[int, ...], dev: Any, notes: list[str], lowest: float
+    name: str, syms: list[str], shape: tuple[int, ...], ctx: _Ctx, lowest: float
 ) -> torch.Tensor:
     import torch
 
     rows, cols = (shape[-2], shape[-1]) if len(shape) >= 2 else (0, 0)
     same_axis = len(syms) >= 2 and syms[-1] == syms[-2]
     if len(shape) >= 2 and (same_axis or (len(shape) >= 3 and 1 < rows <= cols)):
-        notes.append(f"{name}: causal additive mask over its last two dims ({rows}x{cols})")
-        keep = torch.ones(rows, cols, dtype=torch.bool, device=dev).tril(diagonal=cols - rows)
-        mask = torch.zeros(rows, cols, dtype=torch.float32, device=dev).masked_fill(~keep, lowest)
-        return mask.expand(shape).contiguous()
-    notes.append(f"{name}: binary {{0, 1}} mask")
-    return torch.randint(0, 2, shape, device=dev).to(torch.float32)
+        ctx.notes.append(f"{name}: causal additive mask over its last two dims ({rows}x{cols})")
+        keep = torch.ones(rows, cols, dtype=torch.bool, device=ctx.dev).tril(cols - rows)
+        mask = torch.zeros(rows, cols, dtype=torch.float32, device=ctx.dev)
+        return mask.masked_fill(~keep, lowest).expand(shape).contiguous()
+    ctx.notes.append(f"{name}: binary {{0, 1}} mask")
+    return torch.randint(0, 2, shape, device=ctx.dev).to(torch.float32)
 
 
 # ---------------------------------------------------------------- integers
@@ -459,22 +468,16 @@ def _find_axis(
     return None
 
 
-def _int_tensor(
-    name: str,
-    dt: DType,
-    shape: tuple[int, ...],
-    env: Mapping[str, int],
-    dev: Any,
-    notes: list[str],
-) -> torch.Tensor:
+def _int_tensor(name: str, dt: DType, shape: tuple[int, ...], ctx: _Ctx, dev: Any) -> torch.Tensor:
     import torch
 
+    env, notes = ctx.env, ctx.notes
     target = torch_dtype(dt)
     hi_limit = int(torch.iinfo(target).max) + 1
     toks, lname = _tokens(name), name.lower()
     if ("indptr" in toks or "cu_seqlens" in lname) and len(shape) == 1:
         return _offsets(name, shape[0], env, dev, notes).to(target)
-    if any("mask" in t for t in toks):
+    if _is_mask(name):
         return torch.randint(0, 2, shape, device=dev).to(target)
     if _INDEX_TOKENS & set(toks) or "position" in lname or lname.endswith("_experts"):
         found: tuple[str, int] | None

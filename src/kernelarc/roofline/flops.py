@@ -327,7 +327,9 @@ def _run_counted(definition: Definition, workload: Workload, env: dict[str, int]
 
 def _describe(e: BaseException) -> str:
     text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:300] if text else ''}".rstrip(": ")
+    first = text[0] if text else ""
+    first = first if len(first) <= 160 else first[:157] + "..."
+    return f"{type(e).__name__}: {first}".rstrip(": ")
 
 
 def count_workload(definition: Definition, workload: Workload, *,
@@ -345,7 +347,8 @@ def count_workload(definition: Definition, workload: Workload, *,
     attempts: list[tuple[Method, str, bool]]
     if device == "meta":
         attempts = [("meta", "meta", False)]
-        if in_bytes <= cpu_limit_bytes:
+        packed_fp4 = any(s.dtype == DType.float4_e2m1fn_x2 for s in definition.inputs.values())
+        if in_bytes <= cpu_limit_bytes and not packed_fp4:
             attempts.append(("cpu", "cpu", False))
         attempts.append(("meta-placeholders", "meta", True))
     elif device in ("cpu", "cuda"):
@@ -372,6 +375,9 @@ def count_workload(definition: Definition, workload: Workload, *,
     if device == "meta" and in_bytes > cpu_limit_bytes:
         errors.append(f"cpu: not tried, inputs are {in_bytes / 2**20:.0f} MiB "
                       f"> {cpu_limit_bytes / 2**20:.0f} MiB")
+    elif device == "meta" and packed_fp4:
+        errors.append("cpu: not tried, torch has no CPU kernels for packed FP4 matmuls")
     reason = (f"{definition.name} workload {workload.uuid}: the reference could not be "
-              f"counted ({'; '.join(errors)}); count it on a GPU with device='cuda'")
+              f"counted ({'; '.join(errors)}); count it on real GPU tensors instead "
+              "(count_workload(..., device='cuda'), or kernelarc sol --count-on cuda)")
     return cost(flops_by_class=None, method="none", reason=reason, notes=notes)

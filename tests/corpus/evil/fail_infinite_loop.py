@@ -1,0 +1,7 @@
+# expect: TIMEOUT
+# timeout: 10
+# why: spins forever in pure Python, holding the GIL
+def run(hidden_states, weight, output):
+    n = 0
+    while True:
+        n += 1
