@@ -62,6 +62,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", type=Path, default=Path("guard_bench.json"))
     ap.add_argument("--only", default="examples,fib025,cuda,gelu,evil")
+    ap.add_argument("--evil-glob", default="*", help="which tests/corpus/evil files to run")
     args = ap.parse_args()
     only = set(args.only.split(","))
     results: dict[str, Any] = {}
@@ -90,7 +91,7 @@ def main() -> None:
         save()
     if "evil" in only:
         corpus = ROOT / "tests" / "corpus" / "evil"
-        files = sorted(corpus.glob("*.py")) if corpus.is_dir() else []
+        files = sorted(corpus.glob(f"{args.evil_glob}.py")) if corpus.is_dir() else []
         results["evil"] = run_corpus(files)
         save()
     report(results)
@@ -102,7 +103,7 @@ def run_corpus(files: list[Path]) -> list[dict[str, Any]]:
     ex = load_problem(EXAMPLES / "rmsnorm_h512")
     rows = []
     with Guard(ex, GuardConfig(device="cuda", timeout=60, warmup=2, iterations=5,
-                               warm_spare=False)) as guard:
+                               warm_spare=True)) as guard:
         for f in files:
             text = f.read_text()
             head = {ln.split(":", 1)[0][2:].strip(): ln.split(":", 1)[1].strip()
@@ -135,7 +136,8 @@ def report(results: dict[str, Any]) -> None:
         passed = [r["statuses"].count("PASSED") for r in runs]
         print(f"{key}: passed {passed} of {n}; eval wall s "
               f"{[round(r['eval_wall_s'], 1) for r in runs]}; method {runs[0]['method']}")
-        print(f"  phases run0 {json.dumps({k: round(v, 2) for k, v in runs[0]['phases_s'].items()})}")
+        phases = {k: round(v, 2) for k, v in runs[0]["phases_s"].items()}
+        print(f"  phases run0 {json.dumps(phases)}")
         if len(runs) > 1 and all(p == n for p in passed):
             spreads = []
             for w in range(n):

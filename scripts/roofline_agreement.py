@@ -69,8 +69,9 @@ def fmt_split(pairs: list[tuple[float, float]], rounding: bool = False) -> str:
     return f"{sum(within(p, rounding) for p in pairs)}/{len(pairs)}" if pairs else "-"
 
 
-def compare(problem: Path, convention: str, device: str,
-            detail: bool = False) -> tuple[dict[str, list[tuple[float, float]]], list[str], int]:
+def compare(
+    problem: Path, convention: str, device: str, detail: bool = False
+) -> tuple[dict[str, list[tuple[float, float]]], list[str], int]:
     definition, workloads, meta = load(problem)
     pairs: dict[str, list[tuple[float, float]]] = {"compute": [], "memory": []}
     uncounted: list[str] = []
@@ -86,8 +87,10 @@ def compare(problem: Path, convention: str, device: str,
         if detail:
             compute = compute_seconds(cost, B200, convention) * 1e6  # type: ignore[arg-type]
             memory = memory_seconds(cost, B200) * 1e6
-            print(f"| {w.axes} | {compute:.2f} | {memory:.2f} | {ours * 1e3:.2f} | "
-                  f"{m['sol_ms'] * 1e3:.2f} | {ours / m['sol_ms']:.3f} |")
+            print(
+                f"| {w.axes} | {compute:.2f} | {memory:.2f} | {ours * 1e3:.2f} | "
+                f"{m['sol_ms'] * 1e3:.2f} | {ours / m['sol_ms']:.3f} |"
+            )
     return pairs, uncounted, len(workloads)
 
 
@@ -100,9 +103,11 @@ def row(problem: Path, convention: str, device: str) -> str:
         return f"| {name} | 0/{total} | - | - | - | - | - | - | not counted: {why} |"
     ratios = [o / t for o, t in every]
     worst = max(ratios, key=lambda r: abs(math.log(r)))
-    return (f"| {name} | {len(every)}/{total} | {statistics.median(ratios):.3f} | "
-            f"{worst:.3f} | {fmt_split(every)} | {fmt_split(every, True)} | "
-            f"{fmt_split(pairs['compute'])} | {fmt_split(pairs['memory'])} | |")
+    return (
+        f"| {name} | {len(every)}/{total} | {statistics.median(ratios):.3f} | "
+        f"{worst:.3f} | {fmt_split(every)} | {fmt_split(every, True)} | "
+        f"{fmt_split(pairs['compute'])} | {fmt_split(pairs['memory'])} | |"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,10 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--convention", default="solar", choices=("solar", "strict"))
     parser.add_argument("--device", default="meta", choices=("meta", "cpu", "cuda"))
     parser.add_argument("--problems", default=None)
-    parser.add_argument("--only", default=None, metavar="NAME_PART",
-                        help="keep only the selected problems whose name contains this")
-    parser.add_argument("--detail", default=None, metavar="NAME_PART",
-                        help="per-workload terms (ms) of the selected problems matching this")
+    parser.add_argument(
+        "--only",
+        default=None,
+        metavar="NAME_PART",
+        help="keep only the selected problems whose name contains this",
+    )
+    parser.add_argument(
+        "--detail",
+        default=None,
+        metavar="NAME_PART",
+        help="per-workload terms (us) of the selected problems matching this",
+    )
     args = parser.parse_args(argv)
     root = problems_root(args.problems)
     problems = [p for p in selected(root) if not args.only or args.only in p.name]
@@ -122,15 +135,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.detail:
         for problem in (p for p in problems if args.detail in p.name):
-            print(f"\n{problem.name} (ms)\n\n| axes | compute | memory | ours | theirs | ratio |")
+            print(f"\n{problem.name} (us)\n\n| axes | compute | memory | ours | theirs | ratio |")
             print("|---|---|---|---|---|---|")
             compare(problem, args.convention, args.device, detail=True)
         return 0
-    print(f"B200 profile, convention {args.convention}, counted on {args.device}; "
-          f"ratio = our T_sol / metadata sol_ms; within = |ratio - 1| <= {TOLERANCE:.0%}; "
-          f"'+rounding' also allows the {ROUNDING_MS * 1e3:.2f} us rounding of sol_ms\n")
-    print("| problem | counted | median | worst | within | within +rounding "
-          "| within, our compute-bound | within, our memory-bound | note |")
+    print(
+        f"B200 profile, convention {args.convention}, counted on {args.device}; "
+        f"ratio = our T_sol / metadata sol_ms; within = |ratio - 1| <= {TOLERANCE:.0%}; "
+        f"'+rounding' also allows the {ROUNDING_MS * 1e3:.2f} us rounding of sol_ms\n"
+    )
+    print(
+        "| problem | counted | median | worst | within | within +rounding "
+        "| within, our compute-bound | within, our memory-bound | note |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for problem in problems:
         print(row(problem, args.convention, args.device), flush=True)

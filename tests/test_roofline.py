@@ -30,33 +30,48 @@ from kernelarc.roofline.profiles import (
 from kernelarc.roofline.score import fraction_of_bound, sol_score, t_sol_ms
 
 
-def make_definition(inputs: dict[str, Any], outputs: dict[str, Any], reference: str,
-                    axes: dict[str, Any] | None = None) -> Definition:
-    return Definition.model_validate({
-        "name": "handmade",
-        "axes": axes if axes is not None else {
-            "M": {"type": "var"}, "N": {"type": "const", "value": 48},
-            "K": {"type": "const", "value": 40}},
-        "inputs": inputs, "outputs": outputs, "reference": reference})
+def make_definition(
+    inputs: dict[str, Any],
+    outputs: dict[str, Any],
+    reference: str,
+    axes: dict[str, Any] | None = None,
+) -> Definition:
+    return Definition.model_validate(
+        {
+            "name": "handmade",
+            "axes": axes
+            if axes is not None
+            else {
+                "M": {"type": "var"},
+                "N": {"type": "const", "value": 48},
+                "K": {"type": "const", "value": 40},
+            },
+            "inputs": inputs,
+            "outputs": outputs,
+            "reference": reference,
+        }
+    )
 
 
 def workload(**axes: int) -> Workload:
-    return Workload.model_validate({"uuid": "w-" + "-".join(map(str, axes.values())),
-                                    "axes": axes})
+    return Workload.model_validate({"uuid": "w-" + "-".join(map(str, axes.values())), "axes": axes})
 
 
 def gemm(dtype: str) -> Definition:
     return make_definition(
         {"A": {"shape": ["M", "K"], "dtype": dtype}, "B": {"shape": ["N", "K"], "dtype": dtype}},
         {"C": {"shape": ["M", "N"], "dtype": dtype}},
-        "import torch\n\ndef run(A, B):\n    return torch.matmul(A, B.T)\n")
+        "import torch\n\ndef run(A, B):\n    return torch.matmul(A, B.T)\n",
+    )
 
 
 # ---------------------------------------------------------------- counting
 
 
-@pytest.mark.parametrize(("dtype", "cls", "size"),
-                         [("float16", "bf16", 2), ("bfloat16", "bf16", 2), ("float32", "fp32", 4)])
+@pytest.mark.parametrize(
+    ("dtype", "cls", "size"),
+    [("float16", "bf16", 2), ("bfloat16", "bf16", 2), ("float32", "fp32", 4)],
+)
 def test_gemm_flops_and_bytes_are_exact(dtype: str, cls: str, size: int) -> None:
     m, n, k = 7, 48, 40
     cost = count_workload(gemm(dtype), workload(M=m))
@@ -66,8 +81,11 @@ def test_gemm_flops_and_bytes_are_exact(dtype: str, cls: str, size: int) -> None
     assert cost.input_bytes == (m * k + n * k) * size
     assert cost.output_bytes == m * n * size
     assert cost.bytes == (m * k + n * k + m * n) * size
-    assert cost.bytes_by_tensor == {"in:A": m * k * size, "in:B": n * k * size,
-                                    "out:C": m * n * size}
+    assert cost.bytes_by_tensor == {
+        "in:A": m * k * size,
+        "in:B": n * k * size,
+        "out:C": m * n * size,
+    }
 
 
 def test_real_shapes_cost_nothing_on_meta() -> None:
@@ -78,15 +96,18 @@ def test_real_shapes_cost_nothing_on_meta() -> None:
 
 def test_linear_with_bias_and_elementwise_ops_count_only_the_matmul() -> None:
     d = make_definition(
-        {"x": {"shape": ["M", "K"], "dtype": "bfloat16"},
-         "w": {"shape": ["N", "K"], "dtype": "bfloat16"},
-         "b": {"shape": ["N"], "dtype": "bfloat16"},
-         "eps": {"shape": None, "dtype": "float32"}},
+        {
+            "x": {"shape": ["M", "K"], "dtype": "bfloat16"},
+            "w": {"shape": ["N", "K"], "dtype": "bfloat16"},
+            "b": {"shape": ["N"], "dtype": "bfloat16"},
+            "eps": {"shape": None, "dtype": "float32"},
+        },
         {"y": {"shape": ["M", "N"], "dtype": "bfloat16"}},
         "import torch\nimport torch.nn.functional as F\n\n"
         "def run(x, w, b, eps):\n"
         "    h = F.linear(x, w, b)\n"
-        "    return torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + eps).to(h.dtype) * h\n")
+        "    return torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + eps).to(h.dtype) * h\n",
+    )
     cost = count_workload(d, workload(M=5))
     assert cost.flops_by_class == {"bf16": 2 * 5 * 48 * 40}
     assert [(o.op, o.calls) for o in cost.ops] == [("addmm", 1)]
@@ -95,15 +116,22 @@ def test_linear_with_bias_and_elementwise_ops_count_only_the_matmul() -> None:
 
 def test_packed_fp4_matmul_counts_logical_k() -> None:
     d = make_definition(
-        {"a": {"shape": ["M", "Kh"], "dtype": "float4_e2m1fn_x2"},
-         "b": {"shape": ["N", "Kh"], "dtype": "float4_e2m1fn_x2"},
-         "sa": {"shape": ["S"], "dtype": "float8_e4m3fn"},
-         "sb": {"shape": ["S"], "dtype": "float8_e4m3fn"}},
+        {
+            "a": {"shape": ["M", "Kh"], "dtype": "float4_e2m1fn_x2"},
+            "b": {"shape": ["N", "Kh"], "dtype": "float4_e2m1fn_x2"},
+            "sa": {"shape": ["S"], "dtype": "float8_e4m3fn"},
+            "sb": {"shape": ["S"], "dtype": "float8_e4m3fn"},
+        },
         {"c": {"shape": ["M", "N"], "dtype": "bfloat16"}},
         "import torch\n\ndef run(a, b, sa, sb):\n"
         "    return torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16)\n",
-        axes={"M": {"type": "const", "value": 128}, "N": {"type": "const", "value": 128},
-              "Kh": {"type": "const", "value": 32}, "S": {"type": "const", "value": 512}})
+        axes={
+            "M": {"type": "const", "value": 128},
+            "N": {"type": "const", "value": 128},
+            "Kh": {"type": "const", "value": 32},
+            "S": {"type": "const", "value": 512},
+        },
+    )
     cost = count_workload(d, workload())
     assert cost.flops_by_class == {"fp4": 2 * 128 * 128 * 64}  # K = 2 x 32 packed
     assert cost.input_bytes == 2 * 128 * 32 + 2 * 512  # one byte per packed element
@@ -115,22 +143,29 @@ def test_reference_that_hard_codes_cuda_is_counted_on_meta() -> None:
         {"y": {"shape": ["M", "N"], "dtype": "float32"}},
         "import torch\n\ndef run(x):\n"
         "    w = torch.ones(48, 40, device='cuda')\n"
-        "    return x @ w.to('cuda').T\n")
+        "    return x @ w.to('cuda').T\n",
+    )
     cost = count_workload(d, workload(M=3))
     assert cost.method == "meta"
     assert cost.flops_by_class == {"fp32": 2 * 3 * 48 * 40}
 
 
-DATA_DEPENDENT = ("import torch\n\ndef run(x, w):\n"
-                  "    rows = torch.nonzero(x[:, 0] > -1e30).squeeze(1)\n"
-                  "    return x[rows] @ w.T\n")
+DATA_DEPENDENT = (
+    "import torch\n\ndef run(x, w):\n"
+    "    rows = torch.nonzero(x[:, 0] > -1e30).squeeze(1)\n"
+    "    return x[rows] @ w.T\n"
+)
 
 
 def data_dependent() -> Definition:
     return make_definition(
-        {"x": {"shape": ["M", "K"], "dtype": "float32"}, "w": {"shape": ["N", "K"],
-                                                               "dtype": "float32"}},
-        {"y": {"shape": ["M", "N"], "dtype": "float32"}}, DATA_DEPENDENT)
+        {
+            "x": {"shape": ["M", "K"], "dtype": "float32"},
+            "w": {"shape": ["N", "K"], "dtype": "float32"},
+        },
+        {"y": {"shape": ["M", "N"], "dtype": "float32"}},
+        DATA_DEPENDENT,
+    )
 
 
 def test_data_dependent_reference_falls_back_to_cpu_when_small() -> None:
@@ -153,12 +188,13 @@ def test_data_dependent_reference_too_large_for_cpu_has_a_reason() -> None:
 
 def test_item_reads_on_meta_use_placeholders_and_say_so() -> None:
     d = make_definition(
-        {"x": {"shape": ["M", "K"], "dtype": "bfloat16"},
-         "w": {"shape": ["N", "K"], "dtype": "bfloat16"}},
+        {
+            "x": {"shape": ["M", "K"], "dtype": "bfloat16"},
+            "w": {"shape": ["N", "K"], "dtype": "bfloat16"},
+        },
         {"y": {"shape": ["M", "N"], "dtype": "bfloat16"}},
-        "import torch\n\ndef run(x, w):\n"
-        "    s = x.abs().max().item()\n"
-        "    return (x / s) @ w.T\n")
+        "import torch\n\ndef run(x, w):\n    s = x.abs().max().item()\n    return (x / s) @ w.T\n",
+    )
     cost = count_workload(d, workload(M=4), cpu_limit_bytes=0)
     assert cost.method == "meta-placeholders"
     assert cost.flops_by_class == {"bf16": 2 * 4 * 48 * 40}
@@ -170,17 +206,35 @@ def test_item_reads_on_meta_use_placeholders_and_say_so() -> None:
 
 def profile(**overrides: Any) -> DeviceProfile:
     base: dict[str, Any] = {
-        "name": "toy", "peak_flops": {"fp64": 1e9, "fp32": 2e9, "tf32": 4e9, "bf16": 8e9,
-                                      "fp8": 16e9, "fp4": None},
-        "emulated_as": {"fp4": "bf16"}, "dram_bandwidth": 1e9, "l2_bytes": 0,
-        "fixed_latency_s": 1e-3}
+        "name": "toy",
+        "peak_flops": {
+            "fp64": 1e9,
+            "fp32": 2e9,
+            "tf32": 4e9,
+            "bf16": 8e9,
+            "fp8": 16e9,
+            "fp4": None,
+        },
+        "emulated_as": {"fp4": "bf16"},
+        "dram_bandwidth": 1e9,
+        "l2_bytes": 0,
+        "fixed_latency_s": 1e-3,
+    }
     base.update(overrides)
     return DeviceProfile.model_validate(base)
 
 
 def cost(flops: dict[str, float], nbytes: int) -> WorkloadCost:
-    return WorkloadCost(definition="d", workload="w", axes={}, flops_by_class=flops,
-                        bytes=nbytes, input_bytes=nbytes, output_bytes=0, method="meta")
+    return WorkloadCost(
+        definition="d",
+        workload="w",
+        axes={},
+        flops_by_class=flops,
+        bytes=nbytes,
+        input_bytes=nbytes,
+        output_bytes=0,
+        method="meta",
+    )
 
 
 def test_t_sol_is_the_max_of_compute_and_memory() -> None:
@@ -291,7 +345,8 @@ def write_problem(root: Path, definition: Definition, workloads: list[Workload])
     root.mkdir()
     (root / "definition.json").write_text(definition.model_dump_json())
     (root / "workload.jsonl").write_text(
-        "".join(w.model_dump_json(exclude={"tolerance"}) + "\n" for w in workloads))
+        "".join(w.model_dump_json(exclude={"tolerance"}) + "\n" for w in workloads)
+    )
     return root
 
 
@@ -324,7 +379,9 @@ def test_sol_command_usage_errors(tmp_path: Path) -> None:
 
 
 def shared_problem(subset: str, name: str) -> Path:
-    root = env.shared_problems() or Path(__file__).resolve().parents[1] / ".." / "shared" / "problems"
+    root = (
+        env.shared_problems() or Path(__file__).resolve().parents[1] / ".." / "shared" / "problems"
+    )
     path = root / subset / name
     if not (path / "metadata.json").is_file():
         pytest.skip(f"no shared problem {subset}/{name} at {root}")

@@ -59,8 +59,10 @@ def _select(workloads: list[Workload], problem: Any, spec: list[str] | None) -> 
         else:
             hits = [i for i, w in enumerate(workloads) if w.uuid.startswith(part)]
         if len(hits) != 1:
-            raise KernelArcError(f"workload {part!r} matches {len(hits)} workloads; give an "
-                                 f"index 0..{len(workloads) - 1} or a unique uuid prefix")
+            raise KernelArcError(
+                f"workload {part!r} matches {len(hits)} workloads; give an "
+                f"index 0..{len(workloads) - 1} or a unique uuid prefix"
+            )
         out += [h for h in hits if h not in out]
     return out
 
@@ -80,20 +82,38 @@ def _fmt_ms(ms: float | None) -> str:
 
 
 def sol_command(
-    problem_dir: Annotated[Path, typer.Argument(
-        help="problem directory (definition.json + workload.jsonl) or a definition.json",
-        show_default=False, metavar="PROBLEM_DIR")],
-    device: Annotated[str, typer.Option(
-        help="profile: b200, h100, h200, cpu or local-cuda")] = "h200",
-    workloads: Annotated[list[str] | None, typer.Option(
-        "--workloads", "-w", help="uuid, uuid prefix or index; repeatable or comma-separated"
-    )] = None,
-    convention: Annotated[str, typer.Option(
-        help="solar (SOL-ExecBench's: fp32 matmuls at the bf16 tensor rate, fixed latency) "
-        "or strict (pure roofline)")] = "solar",
-    count_on: Annotated[str, typer.Option(
-        "--count-on", help="meta (default, with fallbacks), cpu or cuda: where the reference "
-        "runs to be counted")] = "meta",
+    problem_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="problem directory (definition.json + workload.jsonl) or a definition.json",
+            show_default=False,
+            metavar="PROBLEM_DIR",
+        ),
+    ],
+    device: Annotated[
+        str, typer.Option(help="profile: b200, h100, h200, cpu or local-cuda")
+    ] = "h200",
+    workloads: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--workloads", "-w", help="uuid, uuid prefix or index; repeatable or comma-separated"
+        ),
+    ] = None,
+    convention: Annotated[
+        str,
+        typer.Option(
+            help="solar (SOL-ExecBench's: fp32 matmuls at the bf16 tensor rate, fixed latency) "
+            "or strict (pure roofline)"
+        ),
+    ] = "solar",
+    count_on: Annotated[
+        str,
+        typer.Option(
+            "--count-on",
+            help="meta (default, with fallbacks), cpu or cuda: where the reference "
+            "runs to be counted",
+        ),
+    ] = "meta",
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False,
 ) -> None:
     """Print T_sol (the roofline bound) of each workload of a problem."""
@@ -126,9 +146,15 @@ def sol_command(
         raise typer.Exit(1)
 
 
-def _rows(definition: Definition, wls: list[Workload], chosen: list[int], profile: Any,
-          metadata: dict[str, Any] | None, convention: str,
-          count_on: str) -> list[dict[str, Any]]:
+def _rows(
+    definition: Definition,
+    wls: list[Workload],
+    chosen: list[int],
+    profile: Any,
+    metadata: dict[str, Any] | None,
+    convention: str,
+    count_on: str,
+) -> list[dict[str, Any]]:
     from kernelarc.problem.axes import AxisError
     from kernelarc.roofline.flops import count_workload
     from kernelarc.roofline.score import t_sol_ms
@@ -137,54 +163,84 @@ def _rows(definition: Definition, wls: list[Workload], chosen: list[int], profil
     rows: list[dict[str, Any]] = []
     for index in chosen:
         w = wls[index]
-        row: dict[str, Any] = {"index": index, "uuid": w.uuid, "axes": dict(w.axes),
-                               "flops": None, "flops_by_class": None, "bytes": None,
-                               "bound": None, "t_sol_ms": None, "method": None,
-                               "reason": None, "notes": []}
+        row: dict[str, Any] = {
+            "index": index,
+            "uuid": w.uuid,
+            "axes": dict(w.axes),
+            "flops": None,
+            "flops_by_class": None,
+            "bytes": None,
+            "bound": None,
+            "t_sol_ms": None,
+            "method": None,
+            "reason": None,
+            "notes": [],
+        }
         try:
             cost = count_workload(definition, w, device=count_on)  # type: ignore[arg-type]
         except (AxisError, ValueError) as e:
             row["reason"] = f"{definition.name} workload {w.uuid}: {e}"
             rows.append(row)
             continue
-        row.update(flops=cost.flops, flops_by_class=cost.flops_by_class, bytes=cost.bytes,
-                   method=cost.method, reason=cost.reason, notes=cost.notes)
+        row.update(
+            flops=cost.flops,
+            flops_by_class=cost.flops_by_class,
+            bytes=cost.bytes,
+            method=cost.method,
+            reason=cost.reason,
+            notes=cost.notes,
+        )
         if cost.flops_by_class is not None:
             ms, bound = t_sol_ms(cost, profile, convention=convention)  # type: ignore[arg-type]
             row.update(t_sol_ms=ms, bound=bound)
         if compare:
             theirs = _published(metadata, index)
             row["metadata_sol_ms"] = theirs
-            row["ratio"] = (row["t_sol_ms"] / theirs
-                            if theirs and row["t_sol_ms"] is not None else None)
+            row["ratio"] = (
+                row["t_sol_ms"] / theirs if theirs and row["t_sol_ms"] is not None else None
+            )
         rows.append(row)
     return rows
 
 
-def _print(name: str, device: str, convention: str, rows: list[dict[str, Any]],
-           has_metadata: bool) -> None:
+def _print(
+    name: str, device: str, convention: str, rows: list[dict[str, Any]], has_metadata: bool
+) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     compare = device == "B200" and has_metadata
     table = Table(title=f"{name}: T_sol on {device} ({convention} convention)")
-    for col, justify in (("#", "right"), ("uuid", "left"), ("axes", "left"),
-                         ("GFLOP", "right"), ("MB", "right"), ("bound", "left"),
-                         ("T_sol", "right")):
+    for col, justify in (
+        ("#", "right"),
+        ("uuid", "left"),
+        ("axes", "left"),
+        ("GFLOP", "right"),
+        ("MB", "right"),
+        ("bound", "left"),
+        ("T_sol", "right"),
+    ):
         table.add_column(col, justify=justify, no_wrap=col != "axes")  # type: ignore[arg-type]
     if compare:
         table.add_column("metadata sol", justify="right", no_wrap=True)
         table.add_column("ours/theirs", justify="right", no_wrap=True)
     for r in rows:
         axes = ", ".join(f"{k}={v}" for k, v in r["axes"].items())
-        cells = [str(r["index"]), r["uuid"][:8], axes,
-                 "-" if r["flops"] is None else f"{r['flops'] / 1e9:.3f}",
-                 "-" if r["bytes"] is None else f"{r['bytes'] / 1e6:.2f}",
-                 r["bound"] or "-", _fmt_ms(r["t_sol_ms"])]
+        cells = [
+            str(r["index"]),
+            r["uuid"][:8],
+            axes,
+            "-" if r["flops"] is None else f"{r['flops'] / 1e9:.3f}",
+            "-" if r["bytes"] is None else f"{r['bytes'] / 1e6:.2f}",
+            r["bound"] or "-",
+            _fmt_ms(r["t_sol_ms"]),
+        ]
         if compare:
-            cells += [_fmt_ms(r.get("metadata_sol_ms")),
-                      "-" if r.get("ratio") is None else f"{r['ratio']:.3f}"]
+            cells += [
+                _fmt_ms(r.get("metadata_sol_ms")),
+                "-" if r.get("ratio") is None else f"{r['ratio']:.3f}",
+            ]
         table.add_row(*(Text(c) for c in cells))
     console = Console()
     console.print(table)
@@ -193,5 +249,4 @@ def _print(name: str, device: str, convention: str, rows: list[dict[str, Any]],
             console.print(Text(f"#{r['index']}: {r['reason']}", style="yellow"))
         approx = [n for n in r["notes"] if "placeholder" in n or "synthetic" in n]
         if r["method"] not in (None, "meta") and approx:
-            console.print(Text(f"#{r['index']} counted on {r['method']}: {approx[0]}",
-                               style="dim"))
+            console.print(Text(f"#{r['index']} counted on {r['method']}: {approx[0]}", style="dim"))

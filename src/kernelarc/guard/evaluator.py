@@ -122,6 +122,10 @@ class Guard:
         self._ref_times: dict[tuple[str, bool], dict[str, Any]] = {}
         self._workers = 0
         self._use_cupti = self._cupti_wanted()
+        # Both kinds of worker start now, in parallel: the reference (set up on first use)
+        # and the first candidate's process (torch imported while the caller goes on).
+        self._ref_started: WorkerProcess | None = self._new_worker("reference")
+        self._spare = self._new_worker("candidate")
 
     def _cupti_wanted(self) -> bool:
         if self.config.cupti == "off" or not self.device.startswith("cuda"):
@@ -156,7 +160,9 @@ class Guard:
     def reference(self) -> WorkerProcess:
         if self._ref is not None and self._ref.alive():
             return self._ref
-        ref = self._new_worker("reference")
+        ref, self._ref_started = self._ref_started, None
+        if ref is None or not ref.alive():
+            ref = self._new_worker("reference")
         reply = ref.request({
             "op": "setup", "device": self.device,
             "definition": self.problem.definition.model_dump(mode="json"),
@@ -232,10 +238,10 @@ class Guard:
         return self._ref_times[key]
 
     def close(self) -> None:
-        for w in (self._ref, self._spare):
+        for w in (self._ref, self._spare, self._ref_started):
             if w is not None:
                 w.close()
-        self._ref = self._spare = None
+        self._ref = self._spare = self._ref_started = None
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self) -> Guard:

@@ -62,6 +62,11 @@ ALLOWED_EXECUTABLES = frozenset(
         "ldconfig",
         "ldconfig.real",
         "ninja",
+        # read-only introspection that ctypes.util.find_library and toolchains run
+        "file",
+        "objdump",
+        "uname",
+        "which",
     }
 )
 PROBLEM_FILE_NAMES = frozenset(
@@ -240,6 +245,13 @@ class Sentinel:
         self._precision = precision_flags()
         self._threads = set(sys._current_frames())
         self._armed = True
+        self._state = self._fingerprint()
+
+    def _fingerprint(self) -> tuple[Any, ...]:
+        p = self.policy
+        return (id(self.violations), str(p.candidate_dir), p.forbidden_roots, p.problem_name,
+                p.library_roots, id(self._timers), len(self._timers), id(self._integrity),
+                len(self._integrity))
 
     @contextlib.contextmanager
     def harness(self) -> Iterator[None]:
@@ -318,6 +330,9 @@ class Sentinel:
         """Run every post-call check; returns what fired (the audit hook's own findings
         are collected separately, see :meth:`take`)."""
         found: list[Violation] = []
+        if not self._armed or self._harness or self._state != self._fingerprint():
+            found.append(Violation("guard-integrity", "the guard's monitor was tampered with"))
+            self._armed, self._harness = True, False
         for obj, name, orig in self._timers:
             if getattr(obj, name, None) is not orig:
                 found.append(
@@ -354,7 +369,8 @@ class Sentinel:
         return {k: v for k, v in now.items() if self._precision.get(k) != v}
 
     def take(self) -> list[Violation]:
-        out, self.violations = self.violations, []
+        out = list(self.violations)
+        self.violations.clear()
         return out
 
 

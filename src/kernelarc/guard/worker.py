@@ -151,7 +151,6 @@ class ReferenceRole:
         return {"ok": True, "cached": False, "notes": gen.notes}
 
     def compare(self, msg: dict[str, Any]) -> dict[str, Any]:
-        import torch
 
         from kernelarc.guard.compare import check_output
         from kernelarc.guard.protocol import read_tensor
@@ -193,8 +192,6 @@ class ReferenceRole:
         if msg.get("drop"):
             old = self.cache.pop(key)
             self.cache_bytes -= sum(t.numel() * t.element_size() for t in old)
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
         return {"ok": True, "checks": checks}
 
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:

@@ -5,8 +5,9 @@ the inputs in definition order, so the result is a function of (seed, device). S
 
 - ``scalar``: the workload's value cast to the declared kind (float/int/bool); a tensor
   spec (``[]`` or larger) is filled with it.
-- ``safetensors``: ``problem_root / path`` at ``tensor_key``; shape and dtype must equal the
-  definition's. An absent file raises :class:`MissingBlobError`.
+- ``safetensors``: ``problem_root / path`` at ``tensor_key``, read on the CPU and moved to
+  ``device``; shape and dtype must equal the definition's. Absent files raise
+  :class:`MissingBlobError` before anything is allocated.
 - ``custom``: ``reference.<custom_inputs_entrypoint>(axes_and_scalars, device)``, where
   ``axes_and_scalars`` holds every resolved axis plus the workload's scalar inputs. Every
   declared input must be returned; extra keys are ignored (and noted).

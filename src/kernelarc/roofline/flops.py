@@ -68,8 +68,9 @@ _TORCH_DTYPE: dict[DType, torch.dtype] = {
     DType.uint8: torch.uint8,
     DType.bool: torch.bool,
 }
-_ITEMSIZE: dict[DType, int] = {d: torch.empty(0, dtype=t).element_size()
-                               for d, t in _TORCH_DTYPE.items()}
+_ITEMSIZE: dict[DType, int] = {
+    d: torch.empty(0, dtype=t).element_size() for d, t in _TORCH_DTYPE.items()
+}
 
 #: Width order of dtype classes: a mixed-operand op runs at its widest operand's rate.
 _CLASS_RANK = {"fp4": 0, "fp8": 1, "bf16": 2, "tf32": 3, "fp32": 4, "fp64": 5}
@@ -133,8 +134,7 @@ def tensor_bytes(definition: Definition, env: dict[str, int]) -> tuple[dict[str,
     """Bytes of each tensor input and output (prefixed ``in:`` / ``out:``), and the two sums."""
     sizes: dict[str, int] = {}
     totals = [0, 0]
-    for i, (prefix, specs) in enumerate((("in", definition.inputs),
-                                         ("out", definition.outputs))):
+    for i, (prefix, specs) in enumerate((("in", definition.inputs), ("out", definition.outputs))):
         for name, spec in specs.items():
             shape = resolve_shape(spec.shape, env)
             if shape is None:
@@ -164,8 +164,11 @@ def _device_redirect(device: str) -> Any:
     target = torch.device(device)
 
     def is_cuda(d: Any) -> bool:
-        return (isinstance(d, str | torch.device) and torch.device(d).type == "cuda"
-                and target.type != "cuda")
+        return (
+            isinstance(d, str | torch.device)
+            and torch.device(d).type == "cuda"
+            and target.type != "cuda"
+        )
 
     class _Redirect(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
@@ -201,8 +204,11 @@ def _counter_mode(placeholders: bool) -> Any:
                 dt = args[0].dtype
                 return True if dt == torch.bool else (1.0 if dt.is_floating_point else 1)
             packet = func._overloadpacket
-            if (packet not in flop_registry and func is not torch.ops.prim.device.default
-                    and func not in self.not_decomposable):
+            if (
+                packet not in flop_registry
+                and func is not torch.ops.prim.device.default
+                and func not in self.not_decomposable
+            ):
                 with self:
                     r = func.decompose(*args, **kwargs)
                 if r is not NotImplemented:
@@ -234,8 +240,9 @@ def _placeholder_scalar(spec: TensorSpec) -> bool | int | float:
     return 0.5 if spec.dtype.is_float else 1
 
 
-def _synthetic(spec: TensorSpec, shape: tuple[int, ...], device: str,
-               gen: torch.Generator) -> torch.Tensor:
+def _synthetic(
+    spec: TensorSpec, shape: tuple[int, ...], device: str, gen: torch.Generator
+) -> torch.Tensor:
     dt = _TORCH_DTYPE[spec.dtype]
     if spec.dtype == DType.float4_e2m1fn_x2:
         raw = torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen)
@@ -248,8 +255,13 @@ def _synthetic(spec: TensorSpec, shape: tuple[int, ...], device: str,
     return torch.zeros(shape, dtype=dt, device=device)
 
 
-def _generated_inputs(definition: Definition, workload: Workload, device: str,
-                      module: types.ModuleType, notes: list[str]) -> list[Any] | None:
+def _generated_inputs(
+    definition: Definition,
+    workload: Workload,
+    device: str,
+    module: types.ModuleType,
+    notes: list[str],
+) -> list[Any] | None:
     """Real inputs from ``problem.inputs.generate_inputs`` when that module is present
     (it makes valid index tensors); safetensors inputs are generated instead of loaded."""
     try:
@@ -261,14 +273,21 @@ def _generated_inputs(definition: Definition, workload: Workload, device: str,
         inputs = {n: RandomInput() if n in blobs else s for n, s in workload.inputs.items()}
         workload = workload.model_copy(update={"inputs": inputs})
         notes.append(f"safetensors inputs {blobs} generated instead of loaded")
-    gen = generate_inputs(definition, workload, device=device, seed=SEED, problem_root=None,
-                          reference_module=module)
+    gen = generate_inputs(
+        definition, workload, device=device, seed=SEED, problem_root=None, reference_module=module
+    )
     notes.extend(gen.notes)
     return [gen.values[n] for n in definition.inputs]
 
 
-def _build_inputs(definition: Definition, workload: Workload, env: dict[str, int],
-                  device: str, module: types.ModuleType, notes: list[str]) -> list[Any]:
+def _build_inputs(
+    definition: Definition,
+    workload: Workload,
+    env: dict[str, int],
+    device: str,
+    module: types.ModuleType,
+    notes: list[str],
+) -> list[Any]:
     scalars = workload.scalar_inputs()
     if device != "meta":
         real = _generated_inputs(definition, workload, device, module, notes)
@@ -290,8 +309,7 @@ def _build_inputs(definition: Definition, workload: Workload, env: dict[str, int
                 args.append(scalars[name])
             else:
                 args.append(_placeholder_scalar(spec))
-                notes.append(f"scalar {name} has no value here: placeholder "
-                             f"{args[-1]!r} used")
+                notes.append(f"scalar {name} has no value here: placeholder {args[-1]!r} used")
             continue
         if device == "meta":
             args.append(torch.empty(shape, dtype=_TORCH_DTYPE[spec.dtype], device="meta"))
@@ -305,18 +323,25 @@ def _build_inputs(definition: Definition, workload: Workload, env: dict[str, int
     return args
 
 
-def _run_counted(definition: Definition, workload: Workload, env: dict[str, int],
-                 device: str, placeholders: bool,
-                 notes: list[str]) -> tuple[dict[str, float], list[OpCount]]:
+def _run_counted(
+    definition: Definition,
+    workload: Workload,
+    env: dict[str, int],
+    device: str,
+    placeholders: bool,
+    notes: list[str],
+) -> tuple[dict[str, float], list[OpCount]]:
     module = _reference_module(definition)
     args = _build_inputs(definition, workload, env, device, module, notes)
     mode = _counter_mode(placeholders)
     with _device_redirect(device), mode:
         module.run(*args)
     if mode.placeholder_reads:
-        notes.append(f"{mode.placeholder_reads} data-dependent scalar read(s) on meta tensors "
-                     "returned placeholders (1 / 1.0 / True): control flow that depends on "
-                     "values may differ from a real run")
+        notes.append(
+            f"{mode.placeholder_reads} data-dependent scalar read(s) on meta tensors "
+            "returned placeholders (1 / 1.0 / True): control flow that depends on "
+            "values may differ from a real run"
+        )
     by_class: dict[str, float] = {}
     ops: list[OpCount] = []
     for (op, cls), (calls, flops) in sorted(mode.counts.items()):
@@ -332,9 +357,13 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}".rstrip(": ")
 
 
-def count_workload(definition: Definition, workload: Workload, *,
-                   device: Literal["meta", "cpu", "cuda"] = "meta",
-                   cpu_limit_bytes: int = CPU_LIMIT_BYTES) -> WorkloadCost:
+def count_workload(
+    definition: Definition,
+    workload: Workload,
+    *,
+    device: Literal["meta", "cpu", "cuda"] = "meta",
+    cpu_limit_bytes: int = CPU_LIMIT_BYTES,
+) -> WorkloadCost:
     """Flops per dtype class and bytes of one workload (see the module docstring).
 
     ``device="meta"`` (default) counts on meta tensors with the fallbacks described above;
@@ -357,15 +386,23 @@ def count_workload(definition: Definition, workload: Workload, *,
         raise ValueError(f"device must be 'meta', 'cpu' or 'cuda', not {device!r}")
 
     def cost(**kw: Any) -> WorkloadCost:
-        return WorkloadCost(definition=definition.name, workload=workload.uuid, axes=env,
-                            bytes=in_bytes + out_bytes, input_bytes=in_bytes,
-                            output_bytes=out_bytes, bytes_by_tensor=sizes, **kw)
+        return WorkloadCost(
+            definition=definition.name,
+            workload=workload.uuid,
+            axes=env,
+            bytes=in_bytes + out_bytes,
+            input_bytes=in_bytes,
+            output_bytes=out_bytes,
+            bytes_by_tensor=sizes,
+            **kw,
+        )
 
     for method, dev, placeholders in attempts:
         attempt_notes: list[str] = []
         try:
-            by_class, ops = _run_counted(definition, workload, env, dev, placeholders,
-                                         attempt_notes)
+            by_class, ops = _run_counted(
+                definition, workload, env, dev, placeholders, attempt_notes
+            )
         except Exception as e:  # any failure of the reference: recorded, next attempt
             errors.append(f"{method}: {_describe(e)}")
             continue
@@ -373,11 +410,15 @@ def count_workload(definition: Definition, workload: Workload, *,
             notes.append("earlier attempts failed: " + "; ".join(errors))
         return cost(flops_by_class=by_class, ops=ops, method=method, notes=notes + attempt_notes)
     if device == "meta" and in_bytes > cpu_limit_bytes:
-        errors.append(f"cpu: not tried, inputs are {in_bytes / 2**20:.0f} MiB "
-                      f"> {cpu_limit_bytes / 2**20:.0f} MiB")
+        errors.append(
+            f"cpu: not tried, inputs are {in_bytes / 2**20:.0f} MiB "
+            f"> {cpu_limit_bytes / 2**20:.0f} MiB"
+        )
     elif device == "meta" and packed_fp4:
         errors.append("cpu: not tried, torch has no CPU kernels for packed FP4 matmuls")
-    reason = (f"{definition.name} workload {workload.uuid}: the reference could not be "
-              f"counted ({'; '.join(errors)}); count it on real GPU tensors instead "
-              "(count_workload(..., device='cuda'), or kernelarc sol --count-on cuda)")
+    reason = (
+        f"{definition.name} workload {workload.uuid}: the reference could not be "
+        f"counted ({'; '.join(errors)}); count it on real GPU tensors instead "
+        "(count_workload(..., device='cuda'), or kernelarc sol --count-on cuda)"
+    )
     return cost(flops_by_class=None, method="none", reason=reason, notes=notes)

@@ -243,8 +243,14 @@ def measure_cpu_profile() -> DeviceProfile:
     bandwidth = 2 * src.nbytes / copy_s  # read + write, as on the GPUs
     return DeviceProfile(
         name="cpu",
-        peak_flops={"fp64": fp32 / 2, "fp32": fp32, "tf32": fp32, "bf16": fp32,
-                    "fp8": None, "fp4": None},
+        peak_flops={
+            "fp64": fp32 / 2,
+            "fp32": fp32,
+            "tf32": fp32,
+            "bf16": fp32,
+            "fp8": None,
+            "fp4": None,
+        },
         emulated_as={"fp8": "fp32", "fp4": "fp32"},
         dram_bandwidth=bandwidth,
         l2_bytes=0,
@@ -271,8 +277,11 @@ def cpu_profile(*, cache: Path | None = None, remeasure: bool = False) -> Device
     profile = measure_cpu_profile()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"version": CPU_PROFILE_VERSION,
-                               "profile": profile.model_dump(mode="json")}, indent=1))
+    tmp.write_text(
+        json.dumps(
+            {"version": CPU_PROFILE_VERSION, "profile": profile.model_dump(mode="json")}, indent=1
+        )
+    )
     tmp.replace(path)
     return profile
 

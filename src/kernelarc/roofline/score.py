@@ -41,8 +41,9 @@ class SolUnavailableError(KernelArcError):
     """A bound cannot be formed: the workload's flops are unknown."""
 
 
-def charged_rate(profile: DeviceProfile, dtype_class: str,
-                 convention: Convention = "solar") -> float:
+def charged_rate(
+    profile: DeviceProfile, dtype_class: str, convention: Convention = "solar"
+) -> float:
     """FLOP/s a class is charged at on ``profile`` under ``convention``."""
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}, not {convention!r}")
@@ -51,8 +52,9 @@ def charged_rate(profile: DeviceProfile, dtype_class: str,
     return profile.rate(dtype_class)
 
 
-def compute_seconds(cost: WorkloadCost, profile: DeviceProfile,
-                    convention: Convention = "solar") -> float:
+def compute_seconds(
+    cost: WorkloadCost, profile: DeviceProfile, convention: Convention = "solar"
+) -> float:
     if cost.flops_by_class is None:
         raise SolUnavailableError(cost.reason or f"{cost.definition}: flops unknown")
     return sum(f / charged_rate(profile, c, convention) for c, f in cost.flops_by_class.items())
@@ -62,8 +64,9 @@ def memory_seconds(cost: WorkloadCost, profile: DeviceProfile) -> float:
     return cost.bytes / profile.dram_bandwidth
 
 
-def t_sol_ms(cost: WorkloadCost, profile: DeviceProfile, *,
-             convention: Convention = "solar") -> tuple[float, Bound]:
+def t_sol_ms(
+    cost: WorkloadCost, profile: DeviceProfile, *, convention: Convention = "solar"
+) -> tuple[float, Bound]:
     """The speed-of-light time in ms and which term bounds it (ties go to memory)."""
     compute = compute_seconds(cost, profile, convention)
     memory = memory_seconds(cost, profile)
