@@ -400,3 +400,14 @@ def test_b200_bound_agrees_with_published_sol(name: str) -> None:
         ours, _ = t_sol_ms(count_workload(definition, w), B200)
         # within 10%, plus the 0.05 us rounding of the published value
         assert abs(ours - entry["sol_ms"]) <= 0.1 * entry["sol_ms"] + 5e-5, (w.axes, ours)
+
+
+def test_counting_on_cpu_leaves_the_global_rng_alone() -> None:
+    import torch
+
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    cost = count_workload(data_dependent(), workload(M=6))  # a real CPU run, seeded inside
+    assert cost.method == "cpu"
+    assert torch.equal(torch.rand(3), expected)

@@ -313,11 +313,16 @@ class CandidateRole:
                 use_cupti=bool(msg.get("cupti")),
             )
         except BaseException as e:
+            found = self.sentinel.take()
+            if "no GPU activity" in str(e):
+                # CUPTI saw a timed call do nothing on the GPU, although the problem's
+                # outputs live there: the results were not computed while being timed.
+                found.append(Violation("recheck", f"a timed call launched no GPU work ({e})"))
             return {
                 "error": "runtime",
                 "message": f"{type(e).__name__}: {e}",
                 "traceback": traceback.format_exc(limit=10),
-                "violations": _viol(self.sentinel.take()),
+                "violations": _viol(found),
             }
         found = self.sentinel.check_after_call()
         if res.escaped:

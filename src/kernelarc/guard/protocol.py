@@ -117,11 +117,15 @@ def write_tensor(t: Any, path: Path) -> dict[str, Any]:
     if name not in WIRE_DTYPES:
         raise ValueError(f"dtype {t.dtype} cannot cross the wire")
     c = t.detach().contiguous()
-    if c.device.type != "cpu":
-        c = c.cpu()
-    raw = c.reshape(-1).view(torch.uint8) if c.numel() else torch.empty(0, dtype=torch.uint8)
-    raw.numpy().tofile(path)
-    return {"file": str(path), "dtype": name, "shape": list(c.shape), "nbytes": raw.numel()}
+    nbytes = c.numel() * c.element_size()
+    with open(path, "wb") as f:
+        f.truncate(nbytes)
+    if nbytes:
+        # One copy, straight from the device into the shared-memory file's pages.
+        dst = torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
+        dst.copy_(c.reshape(-1).view(torch.uint8))
+        del dst
+    return {"file": str(path), "dtype": name, "shape": list(c.shape), "nbytes": nbytes}
 
 
 def read_tensor(header: dict[str, Any], device: Any) -> Any:

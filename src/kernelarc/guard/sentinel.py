@@ -194,20 +194,32 @@ def _integrity_targets(modules: list[Any]) -> list[tuple[str, Any, str]]:
 
 
 def precision_flags() -> dict[str, Any]:
+    """Every precision switch torch exposes, legacy and new API. Reading a legacy switch
+    after the new API was used raises in torch; that state is recorded as such."""
     import torch
 
     m = torch.backends.cuda.matmul
-    return {
-        "cuda.matmul.allow_tf32": bool(m.allow_tf32),
-        "cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "cuda.matmul.allow_bf16_reduced_precision_reduction": bool(
-            m.allow_bf16_reduced_precision_reduction
-        ),
-        "cuda.matmul.allow_fp16_reduced_precision_reduction": bool(
-            m.allow_fp16_reduced_precision_reduction
-        ),
+    getters: dict[str, Any] = {
+        "cuda.matmul.allow_tf32": lambda: bool(m.allow_tf32),
+        "cudnn.allow_tf32": lambda: bool(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision,
+        "cuda.matmul.allow_bf16_reduced_precision_reduction":
+            lambda: bool(m.allow_bf16_reduced_precision_reduction),
+        "cuda.matmul.allow_fp16_reduced_precision_reduction":
+            lambda: bool(m.allow_fp16_reduced_precision_reduction),
     }
+    for name, obj in (("fp32_precision", torch.backends), ("cuda.matmul.fp32_precision", m),
+                      ("cudnn.fp32_precision", torch.backends.cudnn),
+                      ("mkldnn.fp32_precision", getattr(torch.backends, "mkldnn", None))):
+        if obj is not None and hasattr(obj, "fp32_precision"):
+            getters[name] = lambda o=obj: str(o.fp32_precision)
+    flags: dict[str, Any] = {}
+    for name, get in getters.items():
+        try:
+            flags[name] = get()
+        except RuntimeError as e:  # torch refuses legacy reads once the new API was used
+            flags[name] = f"unreadable: {str(e)[:80]}"
+    return flags
 
 
 def child_pids() -> list[int]:

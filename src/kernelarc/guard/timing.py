@@ -124,10 +124,14 @@ def time_calls(
             torch.cuda.synchronize(device)
         t0 = time.perf_counter_ns()
         if span is not None:
+            assert start is not None and end is not None
             with span:
+                start.record()
                 call(i)
+                end.record()
                 torch.cuda.synchronize(device)
             ms = span.span_ms
+            wall = start.elapsed_time(end)  # the current stream only: compared below
         elif cuda:
             assert start is not None and end is not None
             start.record()
@@ -138,11 +142,23 @@ def time_calls(
         else:
             call(i)
             ms = (time.perf_counter_ns() - t0) / 1e6
-        wall = (time.perf_counter_ns() - t0) / 1e6
+        if span is None:
+            wall = (time.perf_counter_ns() - t0) / 1e6
         if i >= warmup:
             samples.append(ms)
             walls.append(wall)
     result = TimingResult(method, samples, walls)
+    if method == "cupti":
+        # The span covers every stream; the events only the caller's. Work that outlives
+        # the events by far ran on a stream the caller never waited for.
+        gap = statistics.median(s - w for w, s in zip(walls, samples, strict=True))
+        med = statistics.median(walls)
+        if gap > ESCAPE_SLACK_MS + med:
+            result.escaped = True
+            result.escape_detail = (
+                f"{gap + med:.3f} ms of GPU activity but only {med:.3f} ms on the calling "
+                "stream: work escaped onto another stream without being joined"
+            )
     if method == "cuda-events":
         gap = statistics.median(w - s for w, s in zip(walls, samples, strict=True))
         med = statistics.median(samples)

@@ -17,15 +17,17 @@ unpacked ``float4_e2m1`` is stored one code per byte; Python scalars: 0). Interm
 not counted (a fused kernel keeps them on chip).
 
 **Execution.** By default the inputs are meta tensors built from the definition's shapes
-(real shapes cost nothing). When that fails (data-dependent ops such as ``nonzero`` or
+(real shapes cost nothing); tensors a reference puts on ``cuda`` are redirected to the
+counting device. When the meta run fails (data-dependent ops such as ``nonzero`` or
 ``.item()``), the reference is re-run on real CPU tensors if the inputs total at most
-``cpu_limit_bytes`` (64 MiB), else on meta tensors with every data-dependent scalar read
-replaced by a placeholder (1 / 1.0 / True; recorded in ``notes``); when that fails too, the
-cost has ``flops_by_class=None`` and a ``reason``. Real-tensor runs use the custom inputs
-entrypoint when the workload is custom, otherwise synthetic values (floats ~ N(0,1), integers
-and bools 0, packed FP4 random bytes); data-dependent counts (e.g. MoE routing) reflect those
-values. Safetensors inputs are not loaded (shapes are enough on meta). Not covered:
-higher-order ops (``cond``, flex attention), Triton kernels called by a reference.
+``cpu_limit_bytes`` (64 MiB) and none is packed FP4 (no CPU kernels), else on meta tensors
+with every data-dependent scalar read replaced by a placeholder (1 / 1.0 / True; recorded in
+``notes``); when that fails too, the cost has ``flops_by_class=None`` and a ``reason``.
+Real-tensor inputs come from ``problem.inputs.generate_inputs`` (seed 200; safetensors
+inputs are generated, not loaded) when that module is present, else from a minimal generator
+(the custom entrypoint, or floats ~ N(0,1), integers and bools 0); data-dependent counts
+(e.g. MoE routing) reflect those values. Not covered: higher-order ops (``cond``, flex
+attention), Triton kernels called by a reference. See ``docs/ROOFLINE.md``.
 """
 
 from __future__ import annotations
@@ -331,11 +333,14 @@ def _run_counted(
     placeholders: bool,
     notes: list[str],
 ) -> tuple[dict[str, float], list[OpCount]]:
-    module = _reference_module(definition)
-    args = _build_inputs(definition, workload, env, device, module, notes)
     mode = _counter_mode(placeholders)
-    with _device_redirect(device), mode:
-        module.run(*args)
+    # Input generation and references may seed or draw from torch's global RNG: the
+    # caller's RNG state is restored afterwards.
+    with torch.random.fork_rng(devices=[] if device != "cuda" else None):
+        module = _reference_module(definition)
+        args = _build_inputs(definition, workload, env, device, module, notes)
+        with _device_redirect(device), mode:
+            module.run(*args)
     if mode.placeholder_reads:
         notes.append(
             f"{mode.placeholder_reads} data-dependent scalar read(s) on meta tensors "
