@@ -189,15 +189,19 @@ class CandidateSession:
         self.precision = {**getattr(self, "precision", {}), **(reply.get("precision") or {})}
         return reply
 
+    def _round(self, wl: Workload, seed: int, outcome: WorkloadOutcome, deadline: float,
+               what: str, **extra: Any) -> None:
+        """One correctness round: the candidate runs, the reference worker judges."""
+        reply = self._cand({"op": "run", "workload": wl.model_dump(mode="json"), "seed": seed,
+                            "exchange_dir": str(self.guard.tmp), **extra}, deadline, what)
+        self._judge_round(wl, seed, reply["outputs"], outcome, deadline, what)
+
     def _judge(self, wl: Workload, outcome: WorkloadOutcome, deadline: float) -> None:
         cfg, wj, uuid = self.cfg, wl.model_dump(mode="json"), wl.uuid
         exchange = str(self.guard.tmp)
         t0 = time.monotonic()
         for r in range(cfg.rounds):
-            seed = derive_seed(cfg.seed, uuid, r)
-            reply = self._cand({"op": "run", "workload": wj, "seed": seed,
-                                "exchange_dir": exchange}, deadline, f"round {r + 1}")
-            self._judge_round(wl, seed, reply["outputs"], outcome, deadline, f"round {r + 1}")
+            self._round(wl, derive_seed(cfg.seed, uuid, r), outcome, deadline, f"round {r + 1}")
         self._tick("correctness", t0)
         t1 = time.monotonic()
         seeds = [derive_seed(cfg.seed, uuid, POOL_ROUND_BASE + i)
@@ -215,10 +219,8 @@ class CandidateSession:
                     raise
                 raise hack("recheck", f"a timed call's output is wrong ({v.log})") from None
         seed = derive_seed(cfg.seed, uuid, RECHECK_ROUND)
-        reply = self._cand({"op": "run", "workload": wj, "seed": seed, "exchange_dir": exchange,
-                            "reuse_timed": True}, deadline, "re-check")
         try:
-            self._judge_round(wl, seed, reply["outputs"], outcome, deadline, "re-check")
+            self._round(wl, seed, outcome, deadline, "re-check", reuse_timed=True)
         except Verdict as v:
             if v.status in _KEEP:
                 raise

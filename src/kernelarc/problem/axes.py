@@ -61,7 +61,8 @@ def evaluate(expression: str, env: Mapping[str, int]) -> int:
 
     def ev(node: ast.expr) -> int:
         if isinstance(node, ast.Constant):
-            return int(node.value)
+            assert isinstance(node.value, int)  # _parse admits integer literals only
+            return node.value
         if isinstance(node, ast.Name):
             if node.id not in env:
                 raise AxisError(f"axis expression {expression!r}: {node.id!r} is unresolved")

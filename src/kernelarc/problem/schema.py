@@ -17,6 +17,7 @@ generation (``inputs``).
 from __future__ import annotations
 
 import ast
+import builtins
 import math
 from enum import Enum
 from pathlib import PurePosixPath
@@ -46,7 +47,7 @@ class DType(str, Enum):
     bool = "bool"
 
     @property
-    def is_float(self) -> bool:
+    def is_float(self) -> builtins.bool:
         return self.value.startswith("float") or self.value == "bfloat16"
 
 
