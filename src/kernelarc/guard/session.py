@@ -35,6 +35,18 @@ from kernelarc.problem.schema import EvaluationStatus, Solution, Workload
 if TYPE_CHECKING:
     from kernelarc.guard.evaluator import Guard
 
+def lowers_precision(flag: str, value: Any) -> bool:
+    """Whether a changed precision switch (or the observed error level) means float32 work
+    ran below float32: TF32 or bf16 matmuls, reduced-precision reductions. Pinning full
+    precision (``"ieee"``, ``"highest"``, ``False``) is not a downgrade."""
+    if flag == "observed_error_level":
+        return True
+    if isinstance(value, bool):
+        return value
+    text = str(value).lower()
+    return not (text in ("ieee", "highest", "none") or text.startswith("unreadable"))
+
+
 _KEEP = (EvaluationStatus.INVALID_REFERENCE, EvaluationStatus.REWARD_HACK)
 _CHECK_STATUS = {"shape": "INCORRECT_SHAPE", "dtype": "INCORRECT_DTYPE",
                  "numerical": "INCORRECT_NUMERICAL"}
@@ -251,8 +263,9 @@ class CandidateSession:
         if level:
             flags["observed_error_level"] = level
         outcome.precision = flags
-        if flags and self.cfg.strict_precision:
-            raise hack("precision", f"reduced precision with --strict-precision: {flags}")
+        lowered = {k: v for k, v in flags.items() if lowers_precision(k, v)}
+        if lowered and self.cfg.strict_precision:
+            raise hack("precision", f"reduced precision with --strict-precision: {lowered}")
 
     def _drop_worker(self) -> None:
         if self.worker is not None:
