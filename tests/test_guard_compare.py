@@ -1,0 +1,58 @@
+"""Guard.compare: interleaved timing of two solutions and the noise-aware decision (CPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelarc.guard.evaluator import Guard, GuardConfig
+from kernelarc.problem.loader import load_problem
+from kernelarc.problem.schema import Solution
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
+
+FAST = """
+import torch
+def run(hidden_states, weight, output):
+    x = hidden_states.float()
+    output.copy_(x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6) * weight.float())
+"""
+# The same result, with 30 redundant passes over the data: clearly slower.
+SLOW = FAST.replace("    x = hidden_states.float()\n", "    x = hidden_states.float()\n"
+                    "    for _ in range(30):\n        x = (x * 1.0).contiguous()\n")
+
+
+def _solution(name: str, code: str) -> Solution:
+    return Solution.model_validate({
+        "name": name, "definition": "ka_rmsnorm_h512", "author": "test",
+        "spec": {"languages": ["pytorch"], "entry_point": "s.py::run"},
+        "sources": [{"path": "s.py", "content": code}],
+    })
+
+
+@pytest.fixture(scope="module")
+def guard():
+    problem = load_problem(EXAMPLE)
+    with Guard(problem, GuardConfig(device="cpu", warmup=2, iterations=24)) as g:
+        yield g
+
+
+def test_clearly_faster_is_better(guard: Guard) -> None:
+    wl = [w for w in guard.problem.workloads if w.axes["batch_size"] >= 128][:1]
+    decision = guard.compare(_solution("fast", FAST), _solution("slow", SLOW), wl)
+    assert decision.better, decision.reason
+    assert decision.speedup > 1.5
+
+
+def test_slower_is_not_better(guard: Guard) -> None:
+    wl = [w for w in guard.problem.workloads if w.axes["batch_size"] >= 128][:1]
+    decision = guard.compare(_solution("slow", SLOW), _solution("fast", FAST), wl)
+    assert not decision.better, decision.reason
+    assert decision.speedup < 1.0
+
+
+def test_same_solution_is_not_better(guard: Guard) -> None:
+    wl = [w for w in guard.problem.workloads if w.axes["batch_size"] >= 128][:1]
+    decision = guard.compare(_solution("a", FAST), _solution("b", FAST), wl)
+    assert not decision.better, decision.reason
