@@ -86,10 +86,11 @@ def test_table_lists_failures(tmp_path: Path) -> None:
 
 
 def test_bad_usage_exits_2(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["problems", str(tmp_path / "missing")])
+    wide = {"COLUMNS": "300"}  # the error box must not wrap the message
+    result = runner.invoke(app, ["problems", str(tmp_path / "missing")], env=wide)
     assert result.exit_code == 2
     assert "does not exist" in result.stderr and result.stdout == ""
-    result = runner.invoke(app, ["problems", str(tmp_path), "--json"])
+    result = runner.invoke(app, ["problems", str(tmp_path), "--json"], env=wide)
     assert result.exit_code == 2
     assert "no problem found" in result.stderr and result.stdout == ""
     assert runner.invoke(app, ["problems"]).exit_code == 2
