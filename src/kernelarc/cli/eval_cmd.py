@@ -153,7 +153,7 @@ def _table(result: Any, bounds: dict[str, float], console: Console) -> None:
         if frac:
             fracs.append(frac)
         c = e.correctness
-        table.add_row(str(i), trace.workload.uuid[:8],
+        table.add_row(str(i), trace.workload.uuid[:13],
                       " ".join(f"{k}={v}" for k, v in trace.workload.axes.items()),
                       f"[{color}]{status}[/]", _fmt_ms(lat), _fmt_ms(ref),
                       f"{sp:.2f}×" if sp else "-", f"{frac:.0%}" if frac else "-",
