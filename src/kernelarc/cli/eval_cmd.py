@@ -74,14 +74,21 @@ def eval_command(
         help="roofline profile for the bound (h100, h200, b200, cpu; default: this device)")
     ] = None,
     cupti: Annotated[str, typer.Option(help="auto, on or off")] = "auto",
+    baseline: Annotated[str, typer.Option(
+        help="baseline of the SOL score: eager (the reference here), compile (torch.compile "
+             "of the reference here; implies --compile-baseline) or leaderboard (the B200 "
+             "baseline and bound from metadata.json)")] = "eager",
 ) -> None:
     """Judge SOLUTION on PROBLEM_DIR: correctness (official rules and extra defences),
     timing, reward-hack checks. Exit code 0 only when every workload passed."""
     err = Console(stderr=True)
+    if baseline not in ("eager", "compile", "leaderboard"):
+        err.print(f"[red]error:[/] --baseline {baseline!r}: use eager, compile or leaderboard")
+        raise typer.Exit(2)
     try:
         code = _run(problem_dir, solution, device, timeout, workloads, output, as_json,
-                    strict_precision, rounds, warmup, iterations, seed, compile_baseline,
-                    profile, cupti, err)
+                    strict_precision, rounds, warmup, iterations, seed,
+                    compile_baseline or baseline == "compile", profile, cupti, baseline, err)
     except KernelArcError as e:
         err.print(f"[red]error:[/] {e}")
         raise typer.Exit(2) from None
@@ -91,7 +98,7 @@ def eval_command(
 def _run(problem_dir: Path, solution_path: Path, device: str, timeout: float,
          workloads: list[str] | None, output: Path | None, as_json: bool, strict: bool,
          rounds: int, warmup: int, iterations: int, seed: int, compile_baseline: bool,
-         profile: str | None, cupti: str, err: Console) -> int:
+         profile: str | None, cupti: str, baseline: str, err: Console) -> int:
     from kernelarc.guard.evaluator import Guard, GuardConfig
     from kernelarc.problem.loader import load_problem, load_solution
 
@@ -121,10 +128,11 @@ def _run(problem_dir: Path, solution_path: Path, device: str, timeout: float,
             sys.stdout.write(t.model_dump_json() + "\n")
     else:
         bounds = _bounds(problem, chosen, dev, profile, err)
+        scores = _scores(problem, result, bounds, baseline, err)
         out = Console()
         if not out.is_terminal:
             out = Console(width=160)
-        _table(result, bounds, out)
+        _table(result, bounds, scores, baseline, out)
     passed = sum(1 for t in result.traces if t.evaluation and t.evaluation.status.value == "PASSED")
     err.print(f"{passed}/{len(result.traces)} workloads passed in {result.wall_s:.1f} s "
               f"(phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.phases_s.items()) + ")")
@@ -133,10 +141,45 @@ def _run(problem_dir: Path, solution_path: Path, device: str, timeout: float,
     return 0 if result.all_passed else 1
 
 
-def _table(result: Any, bounds: dict[str, float], console: Console) -> None:
+def _scores(problem: Any, result: Any, bounds: dict[str, float], baseline: str,
+            err: Console) -> dict[str, float]:
+    """SOL score per workload (0 for a failed workload), with the chosen baseline."""
+    from kernelarc.roofline.score import sol_score
+
+    meta_rows: dict[str, dict[str, Any]] = {}
+    if baseline == "leaderboard":
+        rows = ((problem.metadata or {}).get("sol") or {}).get("per_workload") or []
+        index = {w.uuid: i for i, w in enumerate(problem.workloads)}
+        if len(rows) != len(problem.workloads):
+            err.print("[yellow]no leaderboard baseline: metadata.json lacks per-workload "
+                      "figures matching workload.jsonl[/]")
+            return {}
+        meta_rows = {u: rows[i] for u, i in index.items()}
+        err.print("[dim]note: leaderboard baseline and bound are B200 figures[/]")
+    out: dict[str, float] = {}
+    for o in result.outcomes:
+        uuid = o.workload.uuid
+        if o.status.value != "PASSED" or o.latency_ms is None:
+            out[uuid] = 0.0
+            continue
+        if baseline == "leaderboard":
+            row = meta_rows.get(uuid, {})
+            t_b, t_sol = row.get("baseline_latency_ms"), row.get("sol_ms")
+        else:
+            t_sol = bounds.get(uuid)
+            ref = o.compiled_reference if baseline == "compile" else o.reference
+            t_b = None if ref is None else ref.get("median_ms")
+        if t_b is None or t_sol is None:
+            continue
+        out[uuid] = sol_score(float(o.latency_ms), float(t_sol), float(t_b))
+    return out
+
+
+def _table(result: Any, bounds: dict[str, float], scores: dict[str, float], baseline: str,
+           console: Console) -> None:
     table = Table(title=f"{result.solution}")
     for col in ("#", "workload", "axes", "status", "latency", "reference", "speedup",
-                "of bound", "max abs err", "max rel err"):
+                "of bound", "SOL score", "max abs err", "max rel err"):
         table.add_column(col, justify="right" if col not in ("workload", "axes", "status")
                          else "left")
     speedups, fracs = [], []
@@ -157,6 +200,8 @@ def _table(result: Any, bounds: dict[str, float], console: Console) -> None:
                       " ".join(f"{k}={v}" for k, v in trace.workload.axes.items()),
                       f"[{color}]{status}[/]", _fmt_ms(lat), _fmt_ms(ref),
                       f"{sp:.2f}×" if sp else "-", f"{frac:.0%}" if frac else "-",
+                      f"{scores[trace.workload.uuid]:.3f}" if trace.workload.uuid in scores
+                      else "-",
                       f"{c.max_absolute_error:.2e}" if c else "-",
                       f"{c.max_relative_error:.2e}" if c else "-")
     console.print(table)
@@ -172,3 +217,13 @@ def _table(result: Any, bounds: dict[str, float], console: Console) -> None:
             gf = math.exp(sum(math.log(f) for f in fracs) / len(fracs))
             line += f"; geomean fraction of bound: {gf:.1%}"
         console.print(line)
+    vs_compile = [o.compiled_reference["median_ms"] / o.latency_ms for o in result.outcomes
+                  if o.compiled_reference and o.latency_ms]
+    if vs_compile:
+        gm = math.exp(sum(math.log(s) for s in vs_compile) / len(vs_compile))
+        console.print(f"geomean speedup vs torch.compile of the reference: {gm:.2f}× over "
+                      f"{len(vs_compile)} workloads")
+    if scores and len(scores) == len(result.traces):
+        mean = sum(scores.values()) / len(scores)
+        console.print(f"mean SOL score ({baseline} baseline, failed workloads count 0): "
+                      f"{mean:.3f}")

@@ -245,8 +245,11 @@ class CandidateSession:
             ref_seeds = seeds[: min(len(seeds), 8)]
             outcome.reference = self.guard.reference_timing(wl, False, ref_seeds, deadline)
             if cfg.time_compiled_reference:
-                outcome.compiled_reference = self.guard.reference_timing(wl, True, ref_seeds,
-                                                                         deadline)
+                try:
+                    outcome.compiled_reference = self.guard.reference_timing(
+                        wl, True, ref_seeds, deadline)
+                except Verdict as v:  # the baseline failed, not the candidate
+                    outcome.notes.append(f"no torch.compile baseline: {v.log[:500]}")
         self._tick("reference_timing", t3)
 
     def _precision_verdict(self, outcome: WorkloadOutcome) -> None:

@@ -81,6 +81,9 @@ class ReferenceRole:
         self.definition = Definition.model_validate(msg["definition"])
         self.problem_root = Path(msg["problem_root"]) if msg.get("problem_root") else None
         self.module = load_reference_module(self.definition)
+        # torch.compile (the optional compiled baseline) resolves functions through their
+        # module by name; this process is the reference's own, so registering it is safe.
+        sys.modules[self.module.__name__] = self.module
         self.cache: OrderedDict[tuple[str, int], tuple[Any, ...]] = OrderedDict()
         self.cache_bytes = 0
         self.cache_limit = int(msg.get("cache_bytes", 1 << 30))
