@@ -38,21 +38,32 @@ def judge(problem_dir: Path, solutions: list[Path], **cfg: Any) -> list[dict[str
             sol = load_solution(path)
             t1 = time.monotonic()
             res = guard.evaluate(sol)
-            out.append({
-                "problem": problem.definition.name, "solution": sol.name,
-                "statuses": [t.evaluation.status.value for t in res.traces],
-                "checks": [o.check for o in res.outcomes],
-                "first_failure": next((t.evaluation.log[:400] for t in res.traces
-                                       if t.evaluation.status.value != "PASSED"), None),
-                "latency_ms": [o.latency_ms for o in res.outcomes],
-                "reference_ms": [o.reference_ms for o in res.outcomes],
-                "method": next((o.latency or {}).get("method") for o in res.outcomes),
-                "axes": [t.workload.axes for t in res.traces],
-                "phases_s": res.phases_s, "eval_wall_s": time.monotonic() - t1,
-                "guard_wall_s": time.monotonic() - t0, "isolation": iso,
-                "hardware": res.traces[0].evaluation.environment.hardware,
-                "libs": res.traces[0].evaluation.environment.libs,
-            })
+            out.append(
+                {
+                    "problem": problem.definition.name,
+                    "solution": sol.name,
+                    "statuses": [t.evaluation.status.value for t in res.traces],
+                    "checks": [o.check for o in res.outcomes],
+                    "first_failure": next(
+                        (
+                            t.evaluation.log[:400]
+                            for t in res.traces
+                            if t.evaluation.status.value != "PASSED"
+                        ),
+                        None,
+                    ),
+                    "latency_ms": [o.latency_ms for o in res.outcomes],
+                    "reference_ms": [o.reference_ms for o in res.outcomes],
+                    "method": next((o.latency or {}).get("method") for o in res.outcomes),
+                    "axes": [t.workload.axes for t in res.traces],
+                    "phases_s": res.phases_s,
+                    "eval_wall_s": time.monotonic() - t1,
+                    "guard_wall_s": time.monotonic() - t0,
+                    "isolation": iso,
+                    "hardware": res.traces[0].evaluation.environment.hardware,
+                    "libs": res.traces[0].evaluation.environment.libs,
+                }
+            )
     return out
 
 
@@ -73,17 +84,21 @@ def main() -> None:
 
     if "examples" in only:
         ex = EXAMPLES / "rmsnorm_h512"
-        results["examples"] = judge(ex, [ex / "solution_pytorch.json", ex / "solution_triton.json",
-                                         ex / "solution_cuda.json"])
+        results["examples"] = judge(
+            ex,
+            [ex / "solution_pytorch.json", ex / "solution_triton.json", ex / "solution_cuda.json"],
+        )
         save()
     if "fib025" in only:
         results["fib025_triton"] = [
             judge(fib, [SOLS / "rmsnorm_h4096" / "solution_triton.json"])[0]
-            for _ in range(args.repeats)]
+            for _ in range(args.repeats)
+        ]
         save()
     if "cuda" in only:
-        results["fib025_cuda"] = [judge(fib, [SOLS / "rmsnorm_h4096" / "solution_cuda.json"])[0]
-                                  for _ in range(2)]
+        results["fib025_cuda"] = [
+            judge(fib, [SOLS / "rmsnorm_h4096" / "solution_cuda.json"])[0] for _ in range(2)
+        ]
         save()
     if "gelu" in only:
         gelu = args.problems / "L1" / "025_video_latent_gelu_activation"
@@ -102,40 +117,57 @@ def run_corpus(files: list[Path]) -> list[dict[str, Any]]:
 
     ex = load_problem(EXAMPLES / "rmsnorm_h512")
     rows = []
-    with Guard(ex, GuardConfig(device="cuda", timeout=60, warmup=2, iterations=5,
-                               warm_spare=True)) as guard:
+    with Guard(
+        ex, GuardConfig(device="cuda", timeout=60, warmup=2, iterations=5, warm_spare=True)
+    ) as guard:
         for f in files:
             text = f.read_text()
-            head = {ln.split(":", 1)[0][2:].strip(): ln.split(":", 1)[1].strip()
-                    for ln in text.splitlines() if ln.startswith("# ") and ":" in ln}
+            head = {
+                ln.split(":", 1)[0][2:].strip(): ln.split(":", 1)[1].strip()
+                for ln in text.splitlines()
+                if ln.startswith("# ") and ":" in ln
+            }
             if head.get("problem", "rmsnorm_h512") != "rmsnorm_h512":
                 continue
-            sol = Solution.model_validate({
-                "name": f.stem, "definition": ex.definition.name, "author": "corpus",
-                "spec": {"languages": ["pytorch"], "entry_point": f"{f.name}::run",
-                         "destination_passing_style": head.get("dps", "true") != "false"},
-                "sources": [{"path": f.name, "content": text}]})
+            sol = Solution.model_validate(
+                {
+                    "name": f.stem,
+                    "definition": ex.definition.name,
+                    "author": "corpus",
+                    "spec": {
+                        "languages": ["pytorch"],
+                        "entry_point": f"{f.name}::run",
+                        "destination_passing_style": head.get("dps", "true") != "false",
+                    },
+                    "sources": [{"path": f.name, "content": text}],
+                }
+            )
             res = guard.evaluate(sol, list(ex.workloads[:1]))
             ev = res.traces[0].evaluation
             got = ev.status.value + (f"[{res.outcomes[0].check}]" if res.outcomes[0].check else "")
-            rows.append({"file": f.name, "expect": head.get("expect"), "got": got,
-                         "log": ev.log[:200]})
+            rows.append(
+                {"file": f.name, "expect": head.get("expect"), "got": got, "log": ev.log[:200]}
+            )
     return rows
 
 
 def report(results: dict[str, Any]) -> None:
     print("\n== summary ==")
     for r in results.get("examples", []):
-        print(f"example {r['solution']}: {r['statuses'].count('PASSED')}/{len(r['statuses'])} "
-              f"passed, {r['eval_wall_s']:.1f}s {r['method']} {r['first_failure'] or ''}")
+        print(
+            f"example {r['solution']}: {r['statuses'].count('PASSED')}/{len(r['statuses'])} "
+            f"passed, {r['eval_wall_s']:.1f}s {r['method']} {r['first_failure'] or ''}"
+        )
     for key in ("fib025_triton", "fib025_cuda"):
         runs = results.get(key) or []
         if not runs:
             continue
         n = len(runs[0]["statuses"])
         passed = [r["statuses"].count("PASSED") for r in runs]
-        print(f"{key}: passed {passed} of {n}; eval wall s "
-              f"{[round(r['eval_wall_s'], 1) for r in runs]}; method {runs[0]['method']}")
+        print(
+            f"{key}: passed {passed} of {n}; eval wall s "
+            f"{[round(r['eval_wall_s'], 1) for r in runs]}; method {runs[0]['method']}"
+        )
         phases = {k: round(v, 2) for k, v in runs[0]["phases_s"].items()}
         print(f"  phases run0 {json.dumps(phases)}")
         if len(runs) > 1 and all(p == n for p in passed):
@@ -143,20 +175,31 @@ def report(results: dict[str, Any]) -> None:
             for w in range(n):
                 meds = [r["latency_ms"][w] for r in runs]
                 spreads.append((max(meds) - min(meds)) / statistics.median(meds))
-            print(f"  per-workload (max-min)/median over {len(runs)} runs: "
-                  f"max {max(spreads):.2%}, median {statistics.median(spreads):.2%}")
+            print(
+                f"  per-workload (max-min)/median over {len(runs)} runs: "
+                f"max {max(spreads):.2%}, median {statistics.median(spreads):.2%}"
+            )
             for w in range(n):
                 meds = [r["latency_ms"][w] for r in runs]
-                print(f"   {runs[0]['axes'][w]} ours {statistics.median(meds) * 1e3:8.1f} µs "
-                      f"ref {runs[0]['reference_ms'][w] * 1e3:8.1f} µs  spread "
-                      f"{(max(meds) - min(meds)) / statistics.median(meds):.2%}")
+                print(
+                    f"   {runs[0]['axes'][w]} ours {statistics.median(meds) * 1e3:8.1f} µs "
+                    f"ref {runs[0]['reference_ms'][w] * 1e3:8.1f} µs  spread "
+                    f"{(max(meds) - min(meds)) / statistics.median(meds):.2%}"
+                )
     for r in results.get("gelu16", []):
-        print(f"gelu 16 workloads: {r['statuses'].count('PASSED')}/16 passed, judged in "
-              f"{r['eval_wall_s']:.1f}s (guard incl. start {r['guard_wall_s']:.1f}s) "
-              f"phases {json.dumps({k: round(v, 2) for k, v in r['phases_s'].items()})}")
+        print(
+            f"gelu 16 workloads: {r['statuses'].count('PASSED')}/16 passed, judged in "
+            f"{r['eval_wall_s']:.1f}s (guard incl. start {r['guard_wall_s']:.1f}s) "
+            f"phases {json.dumps({k: round(v, 2) for k, v in r['phases_s'].items()})}"
+        )
     for r in results.get("evil", []):
-        ok = "ok " if r["expect"] and r["got"].startswith(r["expect"].split("[")[0]) and (
-            "[" not in r["expect"] or r["expect"] == r["got"]) else "BAD"
+        ok = (
+            "ok "
+            if r["expect"]
+            and r["got"].startswith(r["expect"].split("[")[0])
+            and ("[" not in r["expect"] or r["expect"] == r["got"])
+            else "BAD"
+        )
         print(f"{ok} {r['file']:40s} expect {r['expect']:30s} got {r['got']}")
 
 

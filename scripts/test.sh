@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 echo "[test] ruff" >&2
-.venv/bin/ruff check src tests scripts
-.venv/bin/ruff format --check src tests scripts
+.venv/bin/ruff check src tests scripts benchmarks
+.venv/bin/ruff format --check src tests scripts benchmarks
 echo "[test] mypy" >&2
 .venv/bin/mypy
 echo "[test] pytest" >&2

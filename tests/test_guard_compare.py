@@ -19,16 +19,22 @@ def run(hidden_states, weight, output):
     output.copy_(x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6) * weight.float())
 """
 # The same result, with 30 redundant passes over the data: clearly slower.
-SLOW = FAST.replace("    x = hidden_states.float()\n", "    x = hidden_states.float()\n"
-                    "    for _ in range(30):\n        x = (x * 1.0).contiguous()\n")
+SLOW = FAST.replace(
+    "    x = hidden_states.float()\n",
+    "    x = hidden_states.float()\n    for _ in range(30):\n        x = (x * 1.0).contiguous()\n",
+)
 
 
 def _solution(name: str, code: str) -> Solution:
-    return Solution.model_validate({
-        "name": name, "definition": "ka_rmsnorm_h512", "author": "test",
-        "spec": {"languages": ["pytorch"], "entry_point": "s.py::run"},
-        "sources": [{"path": "s.py", "content": code}],
-    })
+    return Solution.model_validate(
+        {
+            "name": name,
+            "definition": "ka_rmsnorm_h512",
+            "author": "test",
+            "spec": {"languages": ["pytorch"], "entry_point": "s.py::run"},
+            "sources": [{"path": "s.py", "content": code}],
+        }
+    )
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,27 @@ SHARED_PROBLEMS_VAR = "KERNELARC_PROBLEMS"
 SECRET_PATTERNS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 #: Whole prefixes of LLM providers and clouds dropped from the candidate's environment.
 SECRET_PREFIXES = (
-    "OPENAI", "ANTHROPIC", "AZURE", "GOOGLE", "GEMINI", "MISTRAL", "COHERE", "GROQ",
-    "TOGETHER", "DEEPSEEK", "HF_", "HUGGING", "AWS", "GCP", "OPENROUTER", "LITELLM",
-    "FIREWORKS", "REPLICATE", "XAI", "PERPLEXITY", "VOYAGE",
+    "OPENAI",
+    "ANTHROPIC",
+    "AZURE",
+    "GOOGLE",
+    "GEMINI",
+    "MISTRAL",
+    "COHERE",
+    "GROQ",
+    "TOGETHER",
+    "DEEPSEEK",
+    "HF_",
+    "HUGGING",
+    "AWS",
+    "GCP",
+    "OPENROUTER",
+    "LITELLM",
+    "FIREWORKS",
+    "REPLICATE",
+    "XAI",
+    "PERPLEXITY",
+    "VOYAGE",
 )
 
 

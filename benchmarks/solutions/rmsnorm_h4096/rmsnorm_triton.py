@@ -19,5 +19,6 @@ def run(hidden_states: torch.Tensor, weight: torch.Tensor, output: torch.Tensor)
     rows, n = hidden_states.shape
     if rows == 0:
         return
-    _rmsnorm_row[(rows,)](hidden_states, weight, output, hidden_states.stride(0), 1e-5,
-                          N=n, num_warps=8)
+    _rmsnorm_row[(rows,)](
+        hidden_states, weight, output, hidden_states.stride(0), 1e-5, N=n, num_warps=8
+    )

@@ -20,8 +20,9 @@ def _fmt_ms(v: float | None) -> str:
     return f"{v * 1000:.1f} µs" if v < 1 else f"{v:.3f} ms"
 
 
-def _bounds(problem: Any, workloads: list[Any], device: str, profile_name: str | None,
-            err: Console) -> dict[str, float]:
+def _bounds(
+    problem: Any, workloads: list[Any], device: str, profile_name: str | None, err: Console
+) -> dict[str, float]:
     """T_sol per workload (ms) for the chosen profile; empty when it cannot be computed."""
     try:
         from kernelarc.roofline.flops import count_workload
@@ -50,34 +51,53 @@ def _bounds(problem: Any, workloads: list[Any], device: str, profile_name: str |
 
 
 def eval_command(
-    problem_dir: Annotated[Path, typer.Argument(help="problem directory (definition.json + "
-                                                     "workload.jsonl) or a definition.json")],
+    problem_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="problem directory (definition.json + workload.jsonl) or a definition.json"
+        ),
+    ],
     solution: Annotated[Path, typer.Option("--solution", "-s", help="solution.json")],
     device: Annotated[str, typer.Option(help="auto, cpu or cuda[:N]")] = "auto",
     timeout: Annotated[float, typer.Option(help="seconds per workload")] = 300.0,
-    workloads: Annotated[list[str] | None, typer.Option(
-        "--workloads", "-w", help="uuid, uuid prefix or index; repeatable or comma-separated"
-    )] = None,
-    output: Annotated[Path | None, typer.Option("-o", "--output",
-                                                help="write the trace JSONL here")] = None,
+    workloads: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--workloads", "-w", help="uuid, uuid prefix or index; repeatable or comma-separated"
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="write the trace JSONL here")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print traces as JSON lines")] = False,
-    strict_precision: Annotated[bool, typer.Option(
-        help="reject solutions that lower precision (TF32, bf16 compute) even if tolerated")
+    strict_precision: Annotated[
+        bool,
+        typer.Option(
+            help="reject solutions that lower precision (TF32, bf16 compute) even if tolerated"
+        ),
     ] = False,
     rounds: Annotated[int, typer.Option(help="correctness rounds per workload")] = 10,
     warmup: Annotated[int, typer.Option(help="untimed warm-up calls")] = 10,
     iterations: Annotated[int, typer.Option(help="timed calls per workload")] = 50,
     seed: Annotated[int, typer.Option(help="base seed of the input protocol")] = 200,
-    compile_baseline: Annotated[bool, typer.Option(
-        "--compile-baseline", help="also time torch.compile of the reference")] = False,
-    profile: Annotated[str | None, typer.Option(
-        help="roofline profile for the bound (h100, h200, b200, cpu; default: this device)")
+    compile_baseline: Annotated[
+        bool, typer.Option("--compile-baseline", help="also time torch.compile of the reference")
+    ] = False,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="roofline profile for the bound (h100, h200, b200, cpu; default: this device)"
+        ),
     ] = None,
     cupti: Annotated[str, typer.Option(help="auto, on or off")] = "auto",
-    baseline: Annotated[str, typer.Option(
-        help="baseline of the SOL score: eager (the reference here), compile (torch.compile "
-             "of the reference here; implies --compile-baseline) or leaderboard (the B200 "
-             "baseline and bound from metadata.json)")] = "eager",
+    baseline: Annotated[
+        str,
+        typer.Option(
+            help="baseline of the SOL score: eager (the reference here), compile (torch.compile "
+            "of the reference here; implies --compile-baseline) or leaderboard (the B200 "
+            "baseline and bound from metadata.json)"
+        ),
+    ] = "eager",
 ) -> None:
     """Judge SOLUTION on PROBLEM_DIR: correctness (official rules and extra defences),
     timing, reward-hack checks. Exit code 0 only when every workload passed."""
@@ -86,36 +106,80 @@ def eval_command(
         err.print(f"[red]error:[/] --baseline {baseline!r}: use eager, compile or leaderboard")
         raise typer.Exit(2)
     try:
-        code = _run(problem_dir, solution, device, timeout, workloads, output, as_json,
-                    strict_precision, rounds, warmup, iterations, seed,
-                    compile_baseline or baseline == "compile", profile, cupti, baseline, err)
+        code = _run(
+            problem_dir,
+            solution,
+            device,
+            timeout,
+            workloads,
+            output,
+            as_json,
+            strict_precision,
+            rounds,
+            warmup,
+            iterations,
+            seed,
+            compile_baseline or baseline == "compile",
+            profile,
+            cupti,
+            baseline,
+            err,
+        )
     except KernelArcError as e:
         err.print(f"[red]error:[/] {e}")
         raise typer.Exit(2) from None
     raise typer.Exit(code)
 
 
-def _run(problem_dir: Path, solution_path: Path, device: str, timeout: float,
-         workloads: list[str] | None, output: Path | None, as_json: bool, strict: bool,
-         rounds: int, warmup: int, iterations: int, seed: int, compile_baseline: bool,
-         profile: str | None, cupti: str, baseline: str, err: Console) -> int:
+def _run(
+    problem_dir: Path,
+    solution_path: Path,
+    device: str,
+    timeout: float,
+    workloads: list[str] | None,
+    output: Path | None,
+    as_json: bool,
+    strict: bool,
+    rounds: int,
+    warmup: int,
+    iterations: int,
+    seed: int,
+    compile_baseline: bool,
+    profile: str | None,
+    cupti: str,
+    baseline: str,
+    err: Console,
+) -> int:
     from kernelarc.guard.evaluator import Guard, GuardConfig
     from kernelarc.problem.loader import load_problem, load_solution
 
     problem = load_problem(problem_dir)
     sol = load_solution(solution_path)
     if sol.definition != problem.definition.name:
-        err.print(f"[yellow]warning:[/] solution is for {sol.definition!r}, problem is "
-                  f"{problem.definition.name!r}")
+        err.print(
+            f"[yellow]warning:[/] solution is for {sol.definition!r}, problem is "
+            f"{problem.definition.name!r}"
+        )
     chosen = problem.select(workloads) if workloads else list(problem.workloads)
     for note in problem.notes:
         err.print(f"[dim]note: {note}[/]")
-    cfg = GuardConfig(device=device, timeout=timeout, rounds=rounds, warmup=warmup,
-                      iterations=iterations, seed=seed, strict_precision=strict,
-                      time_compiled_reference=compile_baseline, cupti=cupti, warm_spare=False)
+    cfg = GuardConfig(
+        device=device,
+        timeout=timeout,
+        rounds=rounds,
+        warmup=warmup,
+        iterations=iterations,
+        seed=seed,
+        strict_precision=strict,
+        time_compiled_reference=compile_baseline,
+        cupti=cupti,
+        warm_spare=False,
+    )
     with Guard(problem, cfg) as guard:
-        err.print(f"judging {sol.name} on {problem.definition.name}: {len(chosen)} workloads, "
-                  f"device {guard.device}, isolation: {guard.isolation.description}")
+        err.print(
+            f"judging {sol.name} on {problem.definition.name}: {len(chosen)} workloads, "
+            f"device {guard.device}, isolation: {guard.isolation.description}"
+        )
         result = guard.evaluate(sol, chosen)
         dev = guard.device
     if output is not None:
@@ -134,15 +198,18 @@ def _run(problem_dir: Path, solution_path: Path, device: str, timeout: float,
             out = Console(width=160)
         _table(result, bounds, scores, baseline, out)
     passed = sum(1 for t in result.traces if t.evaluation and t.evaluation.status.value == "PASSED")
-    err.print(f"{passed}/{len(result.traces)} workloads passed in {result.wall_s:.1f} s "
-              f"(phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.phases_s.items()) + ")")
+    err.print(
+        f"{passed}/{len(result.traces)} workloads passed in {result.wall_s:.1f} s "
+        f"(phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.phases_s.items()) + ")"
+    )
     if output is not None:
         err.print(f"traces written to {output}")
     return 0 if result.all_passed else 1
 
 
-def _scores(problem: Any, result: Any, bounds: dict[str, float], baseline: str,
-            err: Console) -> dict[str, float]:
+def _scores(
+    problem: Any, result: Any, bounds: dict[str, float], baseline: str, err: Console
+) -> dict[str, float]:
     """SOL score per workload (0 for a failed workload), with the chosen baseline."""
     from kernelarc.roofline.score import sol_score
 
@@ -151,8 +218,10 @@ def _scores(problem: Any, result: Any, bounds: dict[str, float], baseline: str,
         rows = ((problem.metadata or {}).get("sol") or {}).get("per_workload") or []
         index = {w.uuid: i for i, w in enumerate(problem.workloads)}
         if len(rows) != len(problem.workloads):
-            err.print("[yellow]no leaderboard baseline: metadata.json lacks per-workload "
-                      "figures matching workload.jsonl[/]")
+            err.print(
+                "[yellow]no leaderboard baseline: metadata.json lacks per-workload "
+                "figures matching workload.jsonl[/]"
+            )
             return {}
         meta_rows = {u: rows[i] for u, i in index.items()}
         err.print("[dim]note: leaderboard baseline and bound are B200 figures[/]")
@@ -175,13 +244,26 @@ def _scores(problem: Any, result: Any, bounds: dict[str, float], baseline: str,
     return out
 
 
-def _table(result: Any, bounds: dict[str, float], scores: dict[str, float], baseline: str,
-           console: Console) -> None:
+def _table(
+    result: Any, bounds: dict[str, float], scores: dict[str, float], baseline: str, console: Console
+) -> None:
     table = Table(title=f"{result.solution}")
-    for col in ("#", "workload", "axes", "status", "latency", "reference", "speedup",
-                "of bound", "SOL score", "max abs err", "max rel err"):
-        table.add_column(col, justify="right" if col not in ("workload", "axes", "status")
-                         else "left")
+    for col in (
+        "#",
+        "workload",
+        "axes",
+        "status",
+        "latency",
+        "reference",
+        "speedup",
+        "of bound",
+        "SOL score",
+        "max abs err",
+        "max rel err",
+    ):
+        table.add_column(
+            col, justify="right" if col not in ("workload", "axes", "status") else "left"
+        )
     speedups, fracs = [], []
     for i, (trace, o) in enumerate(zip(result.traces, result.outcomes, strict=True)):
         e = trace.evaluation
@@ -196,14 +278,19 @@ def _table(result: Any, bounds: dict[str, float], scores: dict[str, float], base
         if frac:
             fracs.append(frac)
         c = e.correctness
-        table.add_row(str(i), trace.workload.uuid[:13],
-                      " ".join(f"{k}={v}" for k, v in trace.workload.axes.items()),
-                      f"[{color}]{status}[/]", _fmt_ms(lat), _fmt_ms(ref),
-                      f"{sp:.2f}×" if sp else "-", f"{frac:.0%}" if frac else "-",
-                      f"{scores[trace.workload.uuid]:.3f}" if trace.workload.uuid in scores
-                      else "-",
-                      f"{c.max_absolute_error:.2e}" if c else "-",
-                      f"{c.max_relative_error:.2e}" if c else "-")
+        table.add_row(
+            str(i),
+            trace.workload.uuid[:13],
+            " ".join(f"{k}={v}" for k, v in trace.workload.axes.items()),
+            f"[{color}]{status}[/]",
+            _fmt_ms(lat),
+            _fmt_ms(ref),
+            f"{sp:.2f}×" if sp else "-",
+            f"{frac:.0%}" if frac else "-",
+            f"{scores[trace.workload.uuid]:.3f}" if trace.workload.uuid in scores else "-",
+            f"{c.max_absolute_error:.2e}" if c else "-",
+            f"{c.max_relative_error:.2e}" if c else "-",
+        )
     console.print(table)
     for trace in result.traces:
         e = trace.evaluation
@@ -217,13 +304,17 @@ def _table(result: Any, bounds: dict[str, float], scores: dict[str, float], base
             gf = math.exp(sum(math.log(f) for f in fracs) / len(fracs))
             line += f"; geomean fraction of bound: {gf:.1%}"
         console.print(line)
-    vs_compile = [o.compiled_reference["median_ms"] / o.latency_ms for o in result.outcomes
-                  if o.compiled_reference and o.latency_ms]
+    vs_compile = [
+        o.compiled_reference["median_ms"] / o.latency_ms
+        for o in result.outcomes
+        if o.compiled_reference and o.latency_ms
+    ]
     if vs_compile:
         gm = math.exp(sum(math.log(s) for s in vs_compile) / len(vs_compile))
-        console.print(f"geomean speedup vs torch.compile of the reference: {gm:.2f}× over "
-                      f"{len(vs_compile)} workloads")
+        console.print(
+            f"geomean speedup vs torch.compile of the reference: {gm:.2f}× over "
+            f"{len(vs_compile)} workloads"
+        )
     if scores and len(scores) == len(result.traces):
         mean = sum(scores.values()) / len(scores)
-        console.print(f"mean SOL score ({baseline} baseline, failed workloads count 0): "
-                      f"{mean:.3f}")
+        console.print(f"mean SOL score ({baseline} baseline, failed workloads count 0): {mean:.3f}")

@@ -160,8 +160,11 @@ class CandidateRole:
         ranges = [_storage_range(t) for t in inputs if isinstance(t, torch.Tensor)]
         for name, t in zip(self.definition.outputs, outs, strict=False):
             if not isinstance(t, torch.Tensor) and not isinstance(t, _HONEST_MISTAKES):
-                found.append(Violation("output-type", f"{name} is a {type(t).__qualname__} "
-                                                      "posing as a tensor"))
+                found.append(
+                    Violation(
+                        "output-type", f"{name} is a {type(t).__qualname__} posing as a tensor"
+                    )
+                )
             elif isinstance(t, torch.Tensor) and type(t) is not torch.Tensor:
                 found.append(
                     Violation(

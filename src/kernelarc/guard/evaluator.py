@@ -69,8 +69,9 @@ class EvalResult(BaseModel):
 
     @property
     def all_passed(self) -> bool:
-        return all(t.evaluation is not None and t.evaluation.status.value == "PASSED"
-                   for t in self.traces)
+        return all(
+            t.evaluation is not None and t.evaluation.status.value == "PASSED" for t in self.traces
+        )
 
 
 def resolve_device(name: str) -> str:
@@ -81,8 +82,10 @@ def resolve_device(name: str) -> str:
             if not torch.cuda.is_available():
                 from kernelarc.errors import KernelArcError
 
-                raise KernelArcError("--device cuda was asked for, but no CUDA device is "
-                                     "visible here; use --device cpu")
+                raise KernelArcError(
+                    "--device cuda was asked for, but no CUDA device is "
+                    "visible here; use --device cpu"
+                )
         elif name != "cpu":
             from kernelarc.errors import KernelArcError
 
@@ -97,8 +100,18 @@ def _library_roots(cache: Path) -> list[str]:
     import site
     import sysconfig
 
-    roots = {sys.prefix, sys.base_prefix, str(cache), "/usr", "/lib", "/lib64", "/opt",
-             "/usr/local", sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    roots = {
+        sys.prefix,
+        sys.base_prefix,
+        str(cache),
+        "/usr",
+        "/lib",
+        "/lib64",
+        "/opt",
+        "/usr/local",
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+    }
     with contextlib.suppress(Exception):
         roots.update(site.getsitepackages())
     return sorted(str(Path(r).resolve()) for r in roots if r)
@@ -137,15 +150,19 @@ class Guard:
         if self.config.cupti == "on" and not ok:
             from kernelarc.errors import KernelArcError
 
-            raise KernelArcError("--cupti on: cupti-python is not importable here; install "
-                                 "it (pip install cupti-python) or use --cupti auto")
+            raise KernelArcError(
+                "--cupti on: cupti-python is not importable here; install "
+                "it (pip install cupti-python) or use --cupti auto"
+            )
         return ok
 
     # ------------------------------------------------------------------ workers
     def _env(self, role: str) -> dict[str, str]:
-        extra = {"TRITON_CACHE_DIR": str(self.cache / "triton"),
-                 "TORCH_EXTENSIONS_DIR": str(self.cache / "torch_extensions"),
-                 "TMPDIR": str(self.tmp / "scratch")}
+        extra = {
+            "TRITON_CACHE_DIR": str(self.cache / "triton"),
+            "TORCH_EXTENSIONS_DIR": str(self.cache / "torch_extensions"),
+            "TMPDIR": str(self.tmp / "scratch"),
+        }
         if self.device == "cpu":
             extra["TRITON_INTERPRET"] = "1"
         return scrubbed_environment(extra)
@@ -154,9 +171,13 @@ class Guard:
         self._workers += 1
         n = self._workers
         (self.tmp / "scratch").mkdir(exist_ok=True)
-        return WorkerProcess(role, isolation=self.isolation, env=self._env(role),
-                             log_path=self.tmp / f"{role}-{n}.log",
-                             cwd=self.tmp / f"{role}-{n}").start()
+        return WorkerProcess(
+            role,
+            isolation=self.isolation,
+            env=self._env(role),
+            log_path=self.tmp / f"{role}-{n}.log",
+            cwd=self.tmp / f"{role}-{n}",
+        ).start()
 
     def reference(self) -> WorkerProcess:
         if self._ref is not None and self._ref.alive():
@@ -164,18 +185,24 @@ class Guard:
         ref, self._ref_started = self._ref_started, None
         if ref is None or not ref.alive():
             ref = self._new_worker("reference")
-        reply = ref.request({
-            "op": "setup", "device": self.device,
-            "definition": self.problem.definition.model_dump(mode="json"),
-            "problem_root": str(self.problem.root),
-            "cache_bytes": (4 << 30) if self.device.startswith("cuda") else (1 << 30),
-        }, timeout=self.config.setup_timeout)
+        reply = ref.request(
+            {
+                "op": "setup",
+                "device": self.device,
+                "definition": self.problem.definition.model_dump(mode="json"),
+                "problem_root": str(self.problem.root),
+                "cache_bytes": (4 << 30) if self.device.startswith("cuda") else (1 << 30),
+            },
+            timeout=self.config.setup_timeout,
+        )
         if not reply.get("ok"):
             ref.kill()
             from kernelarc.errors import KernelArcError
 
-            raise KernelArcError(f"the reference of {self.problem.definition.name} does not "
-                                 f"load: {reply.get('message')}\n{reply.get('traceback', '')}")
+            raise KernelArcError(
+                f"the reference of {self.problem.definition.name} does not "
+                f"load: {reply.get('message')}\n{reply.get('traceback', '')}"
+            )
         self._ref_env = reply["environment"]
         self._ref = ref
         return ref
@@ -192,17 +219,22 @@ class Guard:
             self._spare = self._new_worker("candidate")
 
     def policy(self) -> dict[str, Any]:
-        return {"forbidden_roots": [str(self.problem.root.resolve())],
-                "problem_name": self.problem.definition.name,
-                "library_roots": _library_roots(self.cache)}
+        return {
+            "forbidden_roots": [str(self.problem.root.resolve())],
+            "problem_name": self.problem.definition.name,
+            "library_roots": _library_roots(self.cache),
+        }
 
     def environment(self) -> dict[str, Any]:
         env = dict(self._ref_env or {"hardware": self.device, "libs": {}})
         return env
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, solution: Solution, workloads: list[Workload] | None = None,
-                 ) -> EvalResult:
+    def evaluate(
+        self,
+        solution: Solution,
+        workloads: list[Workload] | None = None,
+    ) -> EvalResult:
         from kernelarc.guard.session import CandidateSession
 
         t0 = time.monotonic()
@@ -215,16 +247,32 @@ class Guard:
         finally:
             session.close()
         env = self.environment()
-        traces = [make_trace(self.problem.definition.name, solution.name, o, env,
-                             self.isolation.description) for o in outcomes]
+        traces = [
+            make_trace(
+                self.problem.definition.name, solution.name, o, env, self.isolation.description
+            )
+            for o in outcomes
+        ]
         if self.config.warm_spare:
             self.prepare_spare()
-        return EvalResult(solution=solution.name, traces=traces, outcomes=outcomes,
-                          wall_s=time.monotonic() - t0, phases_s=session.phases)
+        return EvalResult(
+            solution=solution.name,
+            traces=traces,
+            outcomes=outcomes,
+            wall_s=time.monotonic() - t0,
+            phases_s=session.phases,
+        )
 
-    def compare(self, candidate: Solution, incumbent: Solution,
-                workloads: list[Workload] | None = None, *, blocks: int = 4,
-                min_gain: float = 0.01, z: float = 3.0) -> Decision:
+    def compare(
+        self,
+        candidate: Solution,
+        incumbent: Solution,
+        workloads: list[Workload] | None = None,
+        *,
+        blocks: int = 4,
+        min_gain: float = 0.01,
+        z: float = 3.0,
+    ) -> Decision:
         """Noise-aware ``is candidate better than incumbent``: both are timed in alternating
         blocks (A B, B A, A B, ...) in this guard session over the same input pool, then
         :func:`kernelarc.guard.noise.is_better` decides. Judge correctness with
@@ -243,17 +291,27 @@ class Guard:
                 if s.fatal is not None:
                     raise s.fatal
             for w, wl in enumerate(chosen):
-                seeds = [derive_seed(cfg.seed, wl.uuid, POOL_ROUND_BASE + i)
-                         for i in range(cfg.warmup + per_block)]
+                seeds = [
+                    derive_seed(cfg.seed, wl.uuid, POOL_ROUND_BASE + i)
+                    for i in range(cfg.warmup + per_block)
+                ]
                 deadline = time.monotonic() + cfg.timeout
                 for b in range(blocks):
                     order = (0, 1) if b % 2 == 0 else (1, 0)
                     for side in order:
-                        reply = sessions[side]._cand({
-                            "op": "time", "workload": wl.model_dump(mode="json"),
-                            "seeds": seeds, "warmup": cfg.warmup, "iterations": per_block,
-                            "exchange_dir": str(self.tmp), "cupti": self._use_cupti,
-                        }, deadline, "comparison timing")
+                        reply = sessions[side]._cand(
+                            {
+                                "op": "time",
+                                "workload": wl.model_dump(mode="json"),
+                                "seeds": seeds,
+                                "warmup": cfg.warmup,
+                                "iterations": per_block,
+                                "exchange_dir": str(self.tmp),
+                                "cupti": self._use_cupti,
+                            },
+                            deadline,
+                            "comparison timing",
+                        )
                         samples[side][w] += reply["samples_ms"]
         finally:
             for s in sessions:
@@ -262,19 +320,28 @@ class Guard:
         inc = [Samples(latencies_ms=x) for x in samples[1]]
         return is_better(cand, inc, min_gain=min_gain, z=z)
 
-    def reference_timing(self, wl: Workload, compiled: bool, seeds: list[int],
-                         deadline: float) -> dict[str, Any]:
+    def reference_timing(
+        self, wl: Workload, compiled: bool, seeds: list[int], deadline: float
+    ) -> dict[str, Any]:
         key = (wl.uuid, compiled)
         if key not in self._ref_times:
             ref = self.reference()
-            reply = ref.request({"op": "time", "workload": wl.model_dump(mode="json"),
-                                 "seeds": seeds, "warmup": self.config.warmup,
-                                 "iterations": self.config.iterations, "compiled": compiled,
-                                 "cupti": self._use_cupti},
-                                timeout=max(deadline - time.monotonic(), 1.0))
+            reply = ref.request(
+                {
+                    "op": "time",
+                    "workload": wl.model_dump(mode="json"),
+                    "seeds": seeds,
+                    "warmup": self.config.warmup,
+                    "iterations": self.config.iterations,
+                    "compiled": compiled,
+                    "cupti": self._use_cupti,
+                },
+                timeout=max(deadline - time.monotonic(), 1.0),
+            )
             if not reply.get("ok"):
-                raise Verdict("INVALID_REFERENCE", f"timing the reference failed: "
-                                                   f"{reply.get('message')}")
+                raise Verdict(
+                    "INVALID_REFERENCE", f"timing the reference failed: {reply.get('message')}"
+                )
             self._ref_times[key] = reply["summary"]
         return self._ref_times[key]
 

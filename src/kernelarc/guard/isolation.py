@@ -34,10 +34,14 @@ from kernelarc.env import is_secret, parent_environment
 from kernelarc.guard.protocol import Channel, ChannelClosed, ChannelTimeout
 
 _PREFIXES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("network, pid and mount namespaces",
-     ("unshare", "--net", "--pid", "--mount-proc", "--fork", "--kill-child")),
-    ("user, network, pid and mount namespaces",
-     ("unshare", "--map-root-user", "--net", "--pid", "--mount-proc", "--fork", "--kill-child")),
+    (
+        "network, pid and mount namespaces",
+        ("unshare", "--net", "--pid", "--mount-proc", "--fork", "--kill-child"),
+    ),
+    (
+        "user, network, pid and mount namespaces",
+        ("unshare", "--map-root-user", "--net", "--pid", "--mount-proc", "--fork", "--kill-child"),
+    ),
     ("network namespace", ("unshare", "--net")),
 )
 
@@ -54,8 +58,9 @@ def probe_isolation(enabled: bool = True) -> Isolation:
         return Isolation((), "none (disabled by configuration)")
     for description, prefix in _PREFIXES:
         try:
-            r = subprocess.run([*prefix, sys.executable, "-c", "import os"], timeout=20,
-                               capture_output=True)
+            r = subprocess.run(
+                [*prefix, sys.executable, "-c", "import os"], timeout=20, capture_output=True
+            )
         except (OSError, subprocess.TimeoutExpired):
             continue
         if r.returncode == 0:
@@ -65,8 +70,13 @@ def probe_isolation(enabled: bool = True) -> Isolation:
 
 def scrubbed_environment(extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in parent_environment().items() if not is_secret(k)}
-    env.update({"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
-                "TORCHINDUCTOR_COMPILE_THREADS": "1"})
+    env.update(
+        {
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
+        }
+    )
     env.update(extra)
     return env
 
@@ -94,8 +104,9 @@ def _describe_exit(code: int | None) -> str:
 class WorkerProcess:
     """One worker: ``start()``, ``wait_ready()``, ``request()``, ``close()``/``kill()``."""
 
-    def __init__(self, role: str, *, isolation: Isolation, env: dict[str, str],
-                 log_path: Path, cwd: Path) -> None:
+    def __init__(
+        self, role: str, *, isolation: Isolation, env: dict[str, str], log_path: Path, cwd: Path
+    ) -> None:
         self.role, self.isolation, self.env = role, isolation, env
         self.log_path, self.cwd = log_path, cwd
         self.proc: subprocess.Popen[bytes] | None = None
@@ -106,12 +117,29 @@ class WorkerProcess:
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         self.cwd.mkdir(parents=True, exist_ok=True)
-        cmd = [*self.isolation.prefix, sys.executable, "-m", "kernelarc.guard.worker",
-               "--role", self.role, "--req-fd", str(req_r), "--resp-fd", str(resp_w)]
+        cmd = [
+            *self.isolation.prefix,
+            sys.executable,
+            "-m",
+            "kernelarc.guard.worker",
+            "--role",
+            self.role,
+            "--req-fd",
+            str(req_r),
+            "--resp-fd",
+            str(resp_w),
+        ]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, pass_fds=(req_r, resp_w), stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                         cwd=self.cwd, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                pass_fds=(req_r, resp_w),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
         os.close(req_r)
         os.close(resp_w)
         self.channel = Channel(resp_r, req_w)
@@ -135,13 +163,15 @@ class WorkerProcess:
             return self.channel.recv(timeout=max(timeout, 0.001))
         except ChannelTimeout:
             self.kill()
-            raise WorkerTimeout(f"{self.role} worker: no answer to {what} within "
-                                f"{timeout:.0f} s") from None
+            raise WorkerTimeout(
+                f"{self.role} worker: no answer to {what} within {timeout:.0f} s"
+            ) from None
         except (ChannelClosed, ValueError) as e:
             code = self.proc.wait(timeout=10) if self.proc else None
             self.kill()
-            raise WorkerCrashed(f"{self.role} worker {_describe_exit(code)} during {what}"
-                                f" ({e})\n{self.log_tail()}") from None
+            raise WorkerCrashed(
+                f"{self.role} worker {_describe_exit(code)} during {what} ({e})\n{self.log_tail()}"
+            ) from None
 
     def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
         assert self.channel is not None
@@ -151,8 +181,10 @@ class WorkerProcess:
         except OSError:
             code = self.proc.wait(timeout=10) if self.proc else None
             self.kill()
-            raise WorkerCrashed(f"{self.role} worker {_describe_exit(code)} before "
-                                f"{msg.get('op')}\n{self.log_tail()}") from None
+            raise WorkerCrashed(
+                f"{self.role} worker {_describe_exit(code)} before "
+                f"{msg.get('op')}\n{self.log_tail()}"
+            ) from None
         return self._recv(timeout, str(msg.get("op")))
 
     def log_tail(self, limit: int = 4000) -> str:

@@ -92,8 +92,14 @@ _SPAWN_EVENTS = frozenset(
 _LIST_EVENTS = frozenset({"os.listdir", "os.scandir", "glob.glob"})
 #: Environment variables that libraries manage themselves at run time (torch.compile and
 #: Triton set their cache locations lazily); changes to these are not tampering.
-LIBRARY_ENV_PREFIXES = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_COMPILE_", "TRITON_CACHE",
-                        "TRITON_HOME", "PYTORCH_KERNEL_CACHE")
+LIBRARY_ENV_PREFIXES = (
+    "TORCHINDUCTOR_",
+    "TORCHDYNAMO_",
+    "TORCH_COMPILE_",
+    "TRITON_CACHE",
+    "TRITON_HOME",
+    "PYTORCH_KERNEL_CACHE",
+)
 
 
 @dataclass(frozen=True)
@@ -203,14 +209,19 @@ def precision_flags() -> dict[str, Any]:
         "cuda.matmul.allow_tf32": lambda: bool(m.allow_tf32),
         "cudnn.allow_tf32": lambda: bool(torch.backends.cudnn.allow_tf32),
         "float32_matmul_precision": torch.get_float32_matmul_precision,
-        "cuda.matmul.allow_bf16_reduced_precision_reduction":
-            lambda: bool(m.allow_bf16_reduced_precision_reduction),
-        "cuda.matmul.allow_fp16_reduced_precision_reduction":
-            lambda: bool(m.allow_fp16_reduced_precision_reduction),
+        "cuda.matmul.allow_bf16_reduced_precision_reduction": lambda: bool(
+            m.allow_bf16_reduced_precision_reduction
+        ),
+        "cuda.matmul.allow_fp16_reduced_precision_reduction": lambda: bool(
+            m.allow_fp16_reduced_precision_reduction
+        ),
     }
-    for name, obj in (("fp32_precision", torch.backends), ("cuda.matmul.fp32_precision", m),
-                      ("cudnn.fp32_precision", torch.backends.cudnn),
-                      ("mkldnn.fp32_precision", getattr(torch.backends, "mkldnn", None))):
+    for name, obj in (
+        ("fp32_precision", torch.backends),
+        ("cuda.matmul.fp32_precision", m),
+        ("cudnn.fp32_precision", torch.backends.cudnn),
+        ("mkldnn.fp32_precision", getattr(torch.backends, "mkldnn", None)),
+    ):
         if obj is not None and hasattr(obj, "fp32_precision"):
             getters[name] = lambda o=obj: str(o.fp32_precision)
     flags: dict[str, Any] = {}
@@ -261,9 +272,17 @@ class Sentinel:
 
     def _fingerprint(self) -> tuple[Any, ...]:
         p = self.policy
-        return (id(self.violations), str(p.candidate_dir), p.forbidden_roots, p.problem_name,
-                p.library_roots, id(self._timers), len(self._timers), id(self._integrity),
-                len(self._integrity))
+        return (
+            id(self.violations),
+            str(p.candidate_dir),
+            p.forbidden_roots,
+            p.problem_name,
+            p.library_roots,
+            id(self._timers),
+            len(self._timers),
+            id(self._integrity),
+            len(self._integrity),
+        )
 
     @contextlib.contextmanager
     def harness(self) -> Iterator[None]:
@@ -369,9 +388,11 @@ class Sentinel:
             found.append(Violation("subprocess", f"child processes left running: {kids}"))
         env = dict(os.environ)
         if env != self._env:
-            keys = sorted(k for k in set(env) | set(self._env)
-                          if env.get(k) != self._env.get(k)
-                          and not k.startswith(LIBRARY_ENV_PREFIXES))
+            keys = sorted(
+                k
+                for k in set(env) | set(self._env)
+                if env.get(k) != self._env.get(k) and not k.startswith(LIBRARY_ENV_PREFIXES)
+            )
             if keys:
                 found.append(Violation("env-tamper", f"environment changed: {keys}"))
         return found

@@ -35,6 +35,7 @@ from kernelarc.problem.schema import EvaluationStatus, Solution, Workload
 if TYPE_CHECKING:
     from kernelarc.guard.evaluator import Guard
 
+
 def lowers_precision(flag: str, value: Any) -> bool:
     """Whether a changed precision switch (or the observed error level) means float32 work
     ran below float32: TF32 or bf16 matmuls, reduced-precision reductions. Pinning full
@@ -48,8 +49,11 @@ def lowers_precision(flag: str, value: Any) -> bool:
 
 
 _KEEP = (EvaluationStatus.INVALID_REFERENCE, EvaluationStatus.REWARD_HACK)
-_CHECK_STATUS = {"shape": "INCORRECT_SHAPE", "dtype": "INCORRECT_DTYPE",
-                 "numerical": "INCORRECT_NUMERICAL"}
+_CHECK_STATUS = {
+    "shape": "INCORRECT_SHAPE",
+    "dtype": "INCORRECT_DTYPE",
+    "numerical": "INCORRECT_NUMERICAL",
+}
 
 
 class CandidateSession:
@@ -78,15 +82,21 @@ class CandidateSession:
             return
         try:
             builder = choose_builder(self.solution)
-            art = builder.build(self.solution, work_dir=self.guard.tmp / "build",
-                                cache_dir=self.guard.cache, timeout=self.cfg.build_timeout)
+            art = builder.build(
+                self.solution,
+                work_dir=self.guard.tmp / "build",
+                cache_dir=self.guard.cache,
+                timeout=self.cfg.build_timeout,
+            )
         except BuildError as e:
             self.fatal = Verdict("COMPILE_ERROR", f"{e}\n{e.log}".strip())
             return
         finally:
             self._tick("build", t0)
-        self.artifact = {k: str(v) if k in ("root", "module_path") else v
-                         for k, v in dataclasses.asdict(art).items()}
+        self.artifact = {
+            k: str(v) if k in ("root", "module_path") else v
+            for k, v in dataclasses.asdict(art).items()
+        }
 
     def _ensure_worker(self) -> WorkerProcess:
         if self.worker is not None and self.worker.alive():
@@ -97,12 +107,17 @@ class CandidateSession:
             w.wait_ready(self.cfg.setup_timeout)
             self._tick("process_start", t0)
             t1 = time.monotonic()
-            reply = w.request({
-                "op": "setup", "device": self.guard.device,
-                "definition": self.guard.problem.definition.model_dump(mode="json"),
-                "dps": self.solution.spec.destination_passing_style,
-                "artifact": self.artifact, "policy": self.guard.policy(),
-            }, timeout=self.cfg.setup_timeout)
+            reply = w.request(
+                {
+                    "op": "setup",
+                    "device": self.guard.device,
+                    "definition": self.guard.problem.definition.model_dump(mode="json"),
+                    "dps": self.solution.spec.destination_passing_style,
+                    "artifact": self.artifact,
+                    "policy": self.guard.policy(),
+                },
+                timeout=self.cfg.setup_timeout,
+            )
             self._tick("load", t1)
         except WorkerTimeout as e:
             raise Verdict("TIMEOUT", f"loading the solution: {e}") from None
@@ -128,8 +143,10 @@ class CandidateSession:
     def evaluate_workload(self, wl: Workload) -> WorkloadOutcome:
         outcome = WorkloadOutcome(workload=wl, status=EvaluationStatus.PASSED)
         if wl.tolerance.ignored_keys:
-            outcome.notes.append(f"tolerance keys ignored as the official harness does: "
-                                 f"{wl.tolerance.ignored_keys}; matched ratio 0.99 enforced")
+            outcome.notes.append(
+                f"tolerance keys ignored as the official harness does: "
+                f"{wl.tolerance.ignored_keys}; matched ratio 0.99 enforced"
+            )
         deadline = time.monotonic() + self.cfg.timeout
         try:
             if self.fatal is not None:
@@ -162,22 +179,41 @@ class CandidateSession:
     def _ref(self, msg: dict[str, Any], deadline: float) -> dict[str, Any]:
         reply = self.guard.reference().request(msg, timeout=self._left(deadline))
         if reply.get("error") == "reference":
-            raise Verdict("INVALID_REFERENCE", f"the reference failed: {reply.get('message')}\n"
-                                               f"{reply.get('traceback', '')}")
+            raise Verdict(
+                "INVALID_REFERENCE",
+                f"the reference failed: {reply.get('message')}\n{reply.get('traceback', '')}",
+            )
         if not reply.get("ok"):
             raise Verdict("INVALID_REFERENCE", f"reference worker: {reply.get('message')}")
         return reply
 
-    def _judge_round(self, wl: Workload, seed: int, headers: list[dict[str, Any]],
-                     outcome: WorkloadOutcome, deadline: float, what: str) -> None:
+    def _judge_round(
+        self,
+        wl: Workload,
+        seed: int,
+        headers: list[dict[str, Any]],
+        outcome: WorkloadOutcome,
+        deadline: float,
+        what: str,
+    ) -> None:
         wj = wl.model_dump(mode="json")
         objects = [h for h in headers if h.get("kind") == "object"]
         if objects:
-            raise Verdict("RUNTIME_ERROR", f"{what}: returned a {objects[0]['type']} where a "
-                                           "torch.Tensor was expected")
+            raise Verdict(
+                "RUNTIME_ERROR",
+                f"{what}: returned a {objects[0]['type']} where a torch.Tensor was expected",
+            )
         self._ref({"op": "run", "workload": wj, "seed": seed}, deadline)
-        reply = self._ref({"op": "compare", "workload": wj, "seed": seed, "outputs": headers,
-                           "tolerance": wl.tolerance.model_dump(mode="json")}, deadline)
+        reply = self._ref(
+            {
+                "op": "compare",
+                "workload": wj,
+                "seed": seed,
+                "outputs": headers,
+                "tolerance": wl.tolerance.model_dump(mode="json"),
+            },
+            deadline,
+        )
         for check in reply["checks"]:
             status = check.get("status")
             if status == "ok":
@@ -201,11 +237,27 @@ class CandidateSession:
         self.precision = {**getattr(self, "precision", {}), **(reply.get("precision") or {})}
         return reply
 
-    def _round(self, wl: Workload, seed: int, outcome: WorkloadOutcome, deadline: float,
-               what: str, **extra: Any) -> None:
+    def _round(
+        self,
+        wl: Workload,
+        seed: int,
+        outcome: WorkloadOutcome,
+        deadline: float,
+        what: str,
+        **extra: Any,
+    ) -> None:
         """One correctness round: the candidate runs, the reference worker judges."""
-        reply = self._cand({"op": "run", "workload": wl.model_dump(mode="json"), "seed": seed,
-                            "exchange_dir": str(self.guard.tmp), **extra}, deadline, what)
+        reply = self._cand(
+            {
+                "op": "run",
+                "workload": wl.model_dump(mode="json"),
+                "seed": seed,
+                "exchange_dir": str(self.guard.tmp),
+                **extra,
+            },
+            deadline,
+            what,
+        )
         self._judge_round(wl, seed, reply["outputs"], outcome, deadline, what)
 
     def _judge(self, wl: Workload, outcome: WorkloadOutcome, deadline: float) -> None:
@@ -216,11 +268,23 @@ class CandidateSession:
             self._round(wl, derive_seed(cfg.seed, uuid, r), outcome, deadline, f"round {r + 1}")
         self._tick("correctness", t0)
         t1 = time.monotonic()
-        seeds = [derive_seed(cfg.seed, uuid, POOL_ROUND_BASE + i)
-                 for i in range(cfg.warmup + cfg.iterations)]
-        timed = self._cand({"op": "time", "workload": wj, "seeds": seeds, "warmup": cfg.warmup,
-                            "iterations": cfg.iterations, "exchange_dir": exchange,
-                            "cupti": self.guard._use_cupti}, deadline, "timing")
+        seeds = [
+            derive_seed(cfg.seed, uuid, POOL_ROUND_BASE + i)
+            for i in range(cfg.warmup + cfg.iterations)
+        ]
+        timed = self._cand(
+            {
+                "op": "time",
+                "workload": wj,
+                "seeds": seeds,
+                "warmup": cfg.warmup,
+                "iterations": cfg.iterations,
+                "exchange_dir": exchange,
+                "cupti": self.guard._use_cupti,
+            },
+            deadline,
+            "timing",
+        )
         self._tick("timing", t1)
         t2 = time.monotonic()
         for seed_text, headers in timed["sampled"].items():
@@ -247,7 +311,8 @@ class CandidateSession:
             if cfg.time_compiled_reference:
                 try:
                     outcome.compiled_reference = self.guard.reference_timing(
-                        wl, True, ref_seeds, deadline)
+                        wl, True, ref_seeds, deadline
+                    )
                 except Verdict as v:  # the baseline failed, not the candidate
                     outcome.notes.append(f"no torch.compile baseline: {v.log[:500]}")
         self._tick("reference_timing", t3)

@@ -27,8 +27,13 @@ from kernelarc.problem.schema import (
 class Verdict(Exception):
     """The status of the workload under evaluation is decided."""
 
-    def __init__(self, status: str, log: str, correctness: dict[str, Any] | None = None,
-                 check: str | None = None) -> None:
+    def __init__(
+        self,
+        status: str,
+        log: str,
+        correctness: dict[str, Any] | None = None,
+        check: str | None = None,
+    ) -> None:
         self.status = EvaluationStatus(status)
         self.check = check
         self.log = f"REWARD_HACK[{check}]: {log}" if check else log
@@ -72,9 +77,17 @@ class WorkloadOutcome(BaseModel):
 
 def merge_errors(acc: dict[str, Any] | None, check: dict[str, Any]) -> dict[str, Any]:
     """Fold one output check into the running worst-case correctness figures."""
-    acc = dict(acc or {"max_absolute_error": 0.0, "max_relative_error": 0.0,
-                       "has_nan": False, "has_inf": False, "rel_l2_error": 0.0,
-                       "min_matched_ratio": 1.0})
+    acc = dict(
+        acc
+        or {
+            "max_absolute_error": 0.0,
+            "max_relative_error": 0.0,
+            "has_nan": False,
+            "has_inf": False,
+            "rel_l2_error": 0.0,
+            "min_matched_ratio": 1.0,
+        }
+    )
 
     def worst(a: float, b: float | None) -> float:
         if b is None:
@@ -93,8 +106,9 @@ def merge_errors(acc: dict[str, Any] | None, check: dict[str, Any]) -> dict[str,
     return acc
 
 
-def make_trace(definition: str, solution: str, o: WorkloadOutcome, env: dict[str, Any],
-               isolation: str) -> Trace:
+def make_trace(
+    definition: str, solution: str, o: WorkloadOutcome, env: dict[str, Any], isolation: str
+) -> Trace:
     lines = [o.log] if o.log else []
     lines += [f"note: {n}" for n in o.notes]
     if o.precision:
@@ -106,7 +120,8 @@ def make_trace(definition: str, solution: str, o: WorkloadOutcome, env: dict[str
         correctness = Correctness(
             max_relative_error=float(c.get("max_relative_error", 0.0)),
             max_absolute_error=float(c.get("max_absolute_error", 0.0)),
-            has_nan=bool(c.get("has_nan", False)), has_inf=bool(c.get("has_inf", False)),
+            has_nan=bool(c.get("has_nan", False)),
+            has_inf=bool(c.get("has_inf", False)),
             extra={k: c[k] for k in ("rel_l2_error", "min_matched_ratio") if k in c},
         )
     performance = None
@@ -116,15 +131,22 @@ def make_trace(definition: str, solution: str, o: WorkloadOutcome, env: dict[str
         extra = {k: v for k, v in o.latency.items() if k != "median_ms"}
         if o.compiled_reference:
             extra["compiled_reference_ms"] = o.compiled_reference["median_ms"]
-        performance = Performance(latency_ms=lat, reference_latency_ms=ref_ms,
-                                  speedup_factor=(ref_ms / lat) if lat > 0 and ref_ms else 0.0,
-                                  extra=extra)
+        performance = Performance(
+            latency_ms=lat,
+            reference_latency_ms=ref_ms,
+            speedup_factor=(ref_ms / lat) if lat > 0 and ref_ms else 0.0,
+            extra=extra,
+        )
     evaluation = Evaluation(
-        status=o.status, log="\n".join(lines),
-        environment=Environment(hardware=str(env.get("hardware") or "unknown"),
-                                libs=dict(env.get("libs") or {})),
+        status=o.status,
+        log="\n".join(lines),
+        environment=Environment(
+            hardware=str(env.get("hardware") or "unknown"), libs=dict(env.get("libs") or {})
+        ),
         timestamp=datetime.now(UTC).isoformat(timespec="seconds"),
-        correctness=correctness, performance=performance,
+        correctness=correctness,
+        performance=performance,
     )
-    return Trace(definition=definition, workload=o.workload, solution=solution,
-                 evaluation=evaluation)
+    return Trace(
+        definition=definition, workload=o.workload, solution=solution, evaluation=evaluation
+    )

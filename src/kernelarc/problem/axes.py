@@ -36,10 +36,14 @@ def _parse(expression: str) -> ast.expr:
     except SyntaxError as e:
         raise AxisError(f"bad axis expression {expression!r}: {e.msg}") from e
     for node in ast.walk(tree):
-        ok = isinstance(
-            node,
-            ast.Expression | ast.BinOp | ast.UnaryOp | ast.Constant | ast.Name | ast.Load,
-        ) or type(node) in _BINOPS or isinstance(node, ast.UAdd | ast.USub)
+        ok = (
+            isinstance(
+                node,
+                ast.Expression | ast.BinOp | ast.UnaryOp | ast.Constant | ast.Name | ast.Load,
+            )
+            or type(node) in _BINOPS
+            or isinstance(node, ast.UAdd | ast.USub)
+        )
         if not ok:
             raise AxisError(
                 f"axis expression {expression!r} uses {type(node).__name__}, which is not allowed"

@@ -120,9 +120,7 @@ class Definition(_Model):
             if isinstance(axis, ExprAxis):
                 unknown = expression_names(axis.expression) - set(self.axes)
                 if unknown:
-                    raise ValueError(
-                        f"axes.{name}.expression uses unknown axes {sorted(unknown)}"
-                    )
+                    raise ValueError(f"axes.{name}.expression uses unknown axes {sorted(unknown)}")
         try:
             funcs = _top_level_functions(self.reference)
         except SyntaxError as e:
@@ -267,9 +265,7 @@ class BuildSpec(_Model):
     @model_validator(mode="after")
     def _check(self) -> BuildSpec:
         if self.entry_point.count("::") != 1 or not all(self.entry_point.split("::")):
-            raise ValueError(
-                f"entry_point {self.entry_point!r} must look like 'file.py::function'"
-            )
+            raise ValueError(f"entry_point {self.entry_point!r} must look like 'file.py::function'")
         groups = {lang.is_cpp for lang in self.languages}
         if len(groups) > 1:
             raise ValueError(
