@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import torch
+from _shared import shared_problems_root
 
-from kernelarc import env
 from kernelarc.problem import lowbit
 from kernelarc.problem.axes import resolve_axes, resolve_shape
 from kernelarc.problem.inputs import (
@@ -439,14 +439,6 @@ SWEEP_BUDGET_S = 40.0
 #: Conservative CPU throughputs used to skip a problem that would overrun the budget: the
 #: custom generators of FP4 problems run their reference quantizers, which are slow on CPU.
 SLOW_MB_PER_S, FAST_MB_PER_S = 2.5, 100.0
-
-
-def shared_problems_root() -> Path:
-    configured = env.shared_problems()
-    root = configured or Path(__file__).resolve().parents[1] / ".." / "shared" / "problems"
-    if not root.is_dir():
-        pytest.skip(f"no shared problem tree at {root}")
-    return root
 
 
 def _smallest_workload(defn: Definition, workloads: list[Workload]) -> Workload:

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _shared import shared_problems_root
 
-from kernelarc import env
 from kernelarc.errors import ProblemLoadError
 from kernelarc.problem.discover import find_problems, summarize
 from kernelarc.problem.loader import (
@@ -21,14 +21,6 @@ from kernelarc.problem.loader import (
 )
 
 REFERENCE = "def run(x, n_scale):\n    return x * n_scale\n"
-
-
-def shared_problems_root() -> Path:
-    configured = env.shared_problems()
-    root = configured or Path(__file__).resolve().parents[1] / ".." / "shared" / "problems"
-    if not root.is_dir():
-        pytest.skip(f"no shared problem tree at {root}")
-    return root
 
 
 def definition_data(**changes: Any) -> dict[str, Any]:

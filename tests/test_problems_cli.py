@@ -7,10 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from _shared import shared_problems_root
 from typer.testing import CliRunner
 
-from kernelarc import env
 from kernelarc.cli.main import app
 
 runner = CliRunner()
@@ -25,14 +24,6 @@ DEFINITION = {
     "outputs": {"y": {"shape": ["half", "d"], "dtype": "float32"}},
     "reference": "def run(x):\n    return x[: x.shape[0] // 2]\n",
 }
-
-
-def shared_problems_root() -> Path:
-    configured = env.shared_problems()
-    root = configured or Path(__file__).resolve().parents[1] / ".." / "shared" / "problems"
-    if not root.is_dir():
-        pytest.skip(f"no shared problem tree at {root}")
-    return root
 
 
 def workload_line(uuid: str, n: int = 4) -> str:

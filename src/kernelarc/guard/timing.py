@@ -148,27 +148,27 @@ def time_calls(
             samples.append(ms)
             walls.append(wall)
     result = TimingResult(method, samples, walls)
+    # Work that outlives the caller's stream by far ran on a stream the caller never
+    # waited for. CUPTI: all-stream span vs events on the caller's stream; events: host wall
+    # time of call + synchronise vs events.
     if method == "cupti":
-        # The span covers every stream; the events only the caller's. Work that outlives
-        # the events by far ran on a stream the caller never waited for.
-        gap = statistics.median(s - w for w, s in zip(walls, samples, strict=True))
-        med = statistics.median(walls)
-        if gap > ESCAPE_SLACK_MS + med:
-            result.escaped = True
-            result.escape_detail = (
-                f"{gap + med:.3f} ms of GPU activity but only {med:.3f} ms on the calling "
-                "stream: work escaped onto another stream without being joined"
-            )
-    if method == "cuda-events":
-        gap = statistics.median(w - s for w, s in zip(walls, samples, strict=True))
-        med = statistics.median(samples)
-        if gap > ESCAPE_SLACK_MS + med:
-            result.escaped = True
-            result.escape_detail = (
-                f"the call took {gap + med:.3f} ms of wall time but only {med:.3f} ms on its "
-                "stream: work escaped the timed region on another stream"
-            )
+        _check_escape(result, caller_ms=walls, all_ms=samples, what="GPU activity")
+    elif method == "cuda-events":
+        _check_escape(result, caller_ms=samples, all_ms=walls, what="wall time")
     return result
+
+
+def _check_escape(
+    result: TimingResult, *, caller_ms: list[float], all_ms: list[float], what: str
+) -> None:
+    gap = statistics.median(a - c for c, a in zip(caller_ms, all_ms, strict=True))
+    med = statistics.median(caller_ms)
+    if gap > ESCAPE_SLACK_MS + med:
+        result.escaped = True
+        result.escape_detail = (
+            f"{gap + med:.3f} ms of {what} but only {med:.3f} ms on the calling stream: "
+            "work escaped the timed region onto a stream the call never joined"
+        )
 
 
 def pool_size(input_bytes: int, calls: int, device: Any) -> int:
