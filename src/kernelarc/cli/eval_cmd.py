@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kernelarc.errors import KernelArcError
@@ -29,13 +30,13 @@ def _bounds(
         from kernelarc.roofline.profiles import get_profile
         from kernelarc.roofline.score import t_sol_ms
     except ImportError as e:  # the roofline layer is optional for judging
-        err.print(f"[yellow]no roofline bounds: {e}[/]")
+        err.print(f"[yellow]no roofline bounds: {escape(str(e))}[/]")
         return {}
     name = profile_name or ("local-cuda" if device.startswith("cuda") else "cpu")
     try:
         profile = get_profile(name)
     except Exception as e:
-        err.print(f"[yellow]no roofline bounds for profile {name!r}: {e}[/]")
+        err.print(f"[yellow]no roofline bounds for profile {name!r}: {escape(str(e))}[/]")
         return {}
     out: dict[str, float] = {}
     for wl in workloads:
@@ -43,7 +44,7 @@ def _bounds(
             cost = count_workload(problem.definition, wl)
             ms, _ = t_sol_ms(cost, profile)
         except Exception as e:
-            err.print(f"[yellow]bound of workload {wl.uuid[:8]} not computed: {e}[/]")
+            err.print(f"[yellow]bound of workload {wl.uuid[:8]} not computed: {escape(str(e))}[/]")
             continue
         if ms is not None and ms > 0:
             out[wl.uuid] = float(ms)
@@ -73,7 +74,8 @@ def eval_command(
     strict_precision: Annotated[
         bool,
         typer.Option(
-            help="reject solutions that lower precision (TF32, bf16 compute) even if tolerated"
+            "--strict-precision",
+            help="reject solutions that lower precision (TF32, bf16 compute) even if tolerated",
         ),
     ] = False,
     rounds: Annotated[int, typer.Option(help="correctness rounds per workload")] = 10,
@@ -101,7 +103,7 @@ def eval_command(
 ) -> None:
     """Judge SOLUTION on PROBLEM_DIR: correctness (official rules and extra defences),
     timing, reward-hack checks. Exit code 0 only when every workload passed."""
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     if baseline not in ("eager", "compile", "leaderboard"):
         err.print(f"[red]error:[/] --baseline {baseline!r}: use eager, compile or leaderboard")
         raise typer.Exit(2)
@@ -126,7 +128,7 @@ def eval_command(
             err,
         )
     except KernelArcError as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(f"[red]error:[/] {escape(str(e))}")
         raise typer.Exit(2) from None
     raise typer.Exit(code)
 
@@ -162,7 +164,7 @@ def _run(
         )
     chosen = problem.select(workloads) if workloads else list(problem.workloads)
     for note in problem.notes:
-        err.print(f"[dim]note: {note}[/]")
+        err.print(f"[dim]note: {escape(note)}[/]")
     cfg = GuardConfig(
         device=device,
         timeout=timeout,
@@ -177,7 +179,7 @@ def _run(
     )
     with Guard(problem, cfg) as guard:
         err.print(
-            f"judging {sol.name} on {problem.definition.name}: {len(chosen)} workloads, "
+            f"judging {escape(sol.name)} on {escape(problem.definition.name)}: {len(chosen)} workloads, "
             f"device {guard.device}, isolation: {guard.isolation.description}"
         )
         result = guard.evaluate(sol, chosen)
@@ -282,7 +284,7 @@ def _table(
             str(i),
             trace.workload.uuid[:13],
             " ".join(f"{k}={v}" for k, v in trace.workload.axes.items()),
-            f"[{color}]{status}[/]",
+            f"[{color}]{escape(status)}[/]",
             _fmt_ms(lat),
             _fmt_ms(ref),
             f"{sp:.2f}×" if sp else "-",
@@ -296,7 +298,8 @@ def _table(
         e = trace.evaluation
         if e.status.value != "PASSED":
             first = e.log.strip().splitlines()[0] if e.log.strip() else ""
-            console.print(f"[red]{trace.workload.uuid[:8]} {e.status.value}[/]: {first[:300]}")
+            head = escape(f"{trace.workload.uuid[:13]} {e.status.value}")
+            console.print(f"[red]{head}[/]: {escape(first[:300])}")
     if speedups:
         gm = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
         line = f"geomean speedup vs eager reference: {gm:.2f}× over {len(speedups)} workloads"

@@ -21,6 +21,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,7 @@ class EvalResult(BaseModel):
     outcomes: list[WorkloadOutcome]
     wall_s: float
     phases_s: dict[str, float] = Field(default_factory=dict)
+    stopped_early: str | None = None
 
     @property
     def all_passed(self) -> bool:
@@ -234,16 +236,35 @@ class Guard:
         self,
         solution: Solution,
         workloads: list[Workload] | None = None,
+        *,
+        rounds: int | None = None,
+        warmup: int | None = None,
+        iterations: int | None = None,
+        stop: Callable[[WorkloadOutcome], str | None] | None = None,
     ) -> EvalResult:
+        """Judge ``solution`` on ``workloads`` (all by default). ``rounds``/``warmup``/
+        ``iterations`` override the configuration for this call (the search's screening
+        stage). ``stop(outcome)`` is asked after each workload; a non-None answer (the
+        reason) ends the evaluation early: the remaining workloads are not judged."""
         from kernelarc.guard.session import CandidateSession
 
         t0 = time.monotonic()
         chosen = list(workloads) if workloads is not None else list(self.problem.workloads)
-        session = CandidateSession(self, solution)
+        update = {
+            k: v
+            for k, v in (("rounds", rounds), ("warmup", warmup), ("iterations", iterations))
+            if v is not None
+        }
+        cfg = self.config.model_copy(update=update) if update else self.config
+        session = CandidateSession(self, solution, cfg)
         outcomes: list[WorkloadOutcome] = []
+        stopped: str | None = None
         try:
             for wl in chosen:
                 outcomes.append(session.evaluate_workload(wl))
+                stopped = stop(outcomes[-1]) if stop is not None else None
+                if stopped:
+                    break
         finally:
             session.close()
         env = self.environment()
@@ -256,6 +277,7 @@ class Guard:
         if self.config.warm_spare:
             self.prepare_spare()
         return EvalResult(
+            stopped_early=stopped,
             solution=solution.name,
             traces=traces,
             outcomes=outcomes,

@@ -33,7 +33,7 @@ from kernelarc.guard.verdict import (
 from kernelarc.problem.schema import EvaluationStatus, Solution, Workload
 
 if TYPE_CHECKING:
-    from kernelarc.guard.evaluator import Guard
+    from kernelarc.guard.evaluator import Guard, GuardConfig
 
 
 def lowers_precision(flag: str, value: Any) -> bool:
@@ -57,9 +57,9 @@ _CHECK_STATUS = {
 
 
 class CandidateSession:
-    def __init__(self, guard: Guard, solution: Solution) -> None:
+    def __init__(self, guard: Guard, solution: Solution, config: GuardConfig | None = None) -> None:
         self.guard, self.solution = guard, solution
-        self.cfg = guard.config
+        self.cfg = config or guard.config
         self.phases: dict[str, float] = {}
         self.worker: WorkerProcess | None = None
         self.fatal: Verdict | None = None  # decided for every workload (build/import)

@@ -1,0 +1,35 @@
+"""The agent plug-in point: a strategy that proposes candidates and concludes from verdicts.
+
+Ask/tell: the orchestrator owns the loop; it *asks* ``propose(context)`` and *tells*
+``observe(result)``. An agent never calls the guard, the store or another agent. Shipped
+conformance checks for any agent: ``kernelarc.agents.conformance``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
+
+
+class Agent(ABC):
+    """One strategy. ``name`` is unique in a run; ``strategy`` names the family."""
+
+    name: str
+    strategy: str
+
+    @abstractmethod
+    def propose(self, context: AgentContext) -> Proposal | None:
+        """A candidate to judge, or None when the strategy has nothing (more) to try.
+        When ``context.must_draft`` is set, return a fresh approach (mode "draft")."""
+
+    @abstractmethod
+    def observe(self, result: CandidateResult) -> Conclusion:
+        """The lesson of one judged candidate (at most 300 characters of claim, no code)."""
+
+    def state(self) -> dict[str, object]:
+        """JSON-able state to persist for ``--resume`` (default: stateless)."""
+        return {}
+
+    def restore(self, state: dict[str, object]) -> None:  # noqa: B027 (optional hook)
+        """Restore what :meth:`state` returned (default: nothing to restore)."""

@@ -1,0 +1,136 @@
+"""The typed messages of the search: what an agent is shown, what it proposes, what the
+guard's verdict on a candidate looks like to it, and what it concludes.
+
+Everything here is immutable (frozen pydantic models): an agent receives snapshots and
+cannot change the run's state through them. Code (a solution's sources) appears only in
+proposals and in incumbents on the board, never in conclusions.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kernelarc.problem.schema import Definition, Solution
+
+Mode = Literal["refine", "draft"]
+Outcome = Literal["improved", "no_gain", "regressed", "failed"]
+CLAIM_MAX = 300
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Proposal(_Frozen):
+    """A candidate an agent wants judged."""
+
+    solution: Solution
+    hypothesis: str = Field(max_length=1000)
+    parent_id: str | None = None
+    mode: Mode = "refine"
+    tags: tuple[str, ...] = ()
+
+
+class WorkloadResult(_Frozen):
+    """The guard's verdict on one workload, as agents see it."""
+
+    uuid: str
+    axes: dict[str, int]
+    status: str
+    check: str | None = None
+    latency_ms: float | None = None
+    reference_ms: float | None = None
+    bound_ms: float | None = None
+    log: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        if self.latency_ms and self.reference_ms:
+            return self.reference_ms / self.latency_ms
+        return None
+
+
+class CandidateResult(_Frozen):
+    """What the guard found for one candidate (possibly only its screening stage)."""
+
+    candidate_id: str
+    agent: str
+    strategy: str
+    mode: Mode
+    stage: Literal["screen", "full"]
+    per_workload: tuple[WorkloadResult, ...]
+    passed: bool
+    """Every judged workload PASSED."""
+    score: float | None
+    """Geometric-mean speedup over the eager reference on the judged workloads (None
+    unless passed)."""
+    cached: bool = False
+    """A duplicate of an already-judged candidate: the cached verdict, no budget spent."""
+    improved: bool = False
+    """Became the agent's new incumbent (a significant gain by the guard's rule)."""
+    stopped_early: str | None = None
+    """Why the evaluation stopped before the full protocol (hopeless, failed screening)."""
+
+
+class Conclusion(_Frozen):
+    """The lesson of one evaluated candidate: a claim and its measured effect; never code."""
+
+    agent: str
+    strategy: str
+    candidate_id: str
+    claim: str = Field(max_length=CLAIM_MAX)
+    effect: dict[str, float] = Field(default_factory=dict)
+    """Speedup over the agent's previous incumbent (or the reference), by workload class
+    (e.g. ``"memory-bound, batch<=64"``)."""
+    tags: tuple[str, ...] = ()
+    outcome: Outcome
+    seq: int = 0
+    """Order of writing (set by the store)."""
+
+
+class IncumbentView(_Frozen):
+    """One agent's best candidate so far, readable by every agent."""
+
+    agent: str
+    strategy: str
+    candidate_id: str
+    score: float
+    latencies_ms: dict[str, float]
+    solution: Solution
+
+
+class BoardSnapshot(_Frozen):
+    """All incumbents at one moment. A snapshot: later changes do not show through."""
+
+    incumbents: tuple[IncumbentView, ...] = ()
+    version: int = 0
+
+    def best(self) -> IncumbentView | None:
+        return max(self.incumbents, key=lambda i: i.score, default=None)
+
+    def others(self, agent: str) -> tuple[IncumbentView, ...]:
+        return tuple(i for i in self.incumbents if i.agent != agent)
+
+
+class AgentContext(_Frozen):
+    """Everything an agent is shown when asked for a proposal."""
+
+    problem: str
+    definition: Definition
+    device: str
+    bounds_ms: dict[str, float] = Field(default_factory=dict)
+    """Roofline bound per workload uuid on this device."""
+    workloads: tuple[dict[str, int], ...] = ()
+    """Axes of every workload, in file order."""
+    incumbent: IncumbentView | None = None
+    incumbent_results: tuple[WorkloadResult, ...] = ()
+    feedback: str = ""
+    """The guard's log of the agent's last candidate when it failed."""
+    board: BoardSnapshot | None = None
+    conclusions: tuple[Conclusion, ...] = ()
+    budget_left: int
+    must_draft: bool = False
+    round: int = 0
+    seed: int = 0

@@ -1,0 +1,148 @@
+"""Budget-aware, deterministic use of the guard in the search.
+
+Every new candidate gets the same two stages:
+
+1. **Screening**: a fixed, shape-spread subset of workloads (the smallest, the median and
+   the largest by input size, then evenly spread ones; chosen once per run), judged with a
+   lighter protocol (``RunConfig.screen``). After the first screened workload the
+   evaluation stops early when the candidate is ``hopeless_factor`` times slower there
+   than the best incumbent.
+2. **Full protocol** on every workload (``RunConfig.full``) for any candidate whose
+   screening passed and whose screened score is within reach of an incumbent (at least
+   the worst incumbent's screened score on the same workloads, or there is none yet).
+
+A duplicate (same content hash as a judged candidate) gets the cached verdict and costs no
+budget. The final solution always gets the full protocol on every workload.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from kernelarc.agents.types import CandidateResult, Mode, WorkloadResult
+from kernelarc.guard.evaluator import EvalResult, Guard
+from kernelarc.guard.verdict import WorkloadOutcome
+from kernelarc.orchestration.config import RunConfig, StageConfig
+from kernelarc.problem.schema import Solution, Workload
+
+
+def screening_set(workloads: Sequence[Workload], sizes: Sequence[int], k: int) -> list[Workload]:
+    """A fixed subset spread over input size: smallest, median, largest, then even spread."""
+    order = sorted(range(len(workloads)), key=lambda i: (sizes[i], workloads[i].uuid))
+    if k >= len(order):
+        return [workloads[i] for i in order]
+    picks: list[int] = []
+    for frac in [0.0, 0.5, 1.0] + [j / (k + 1) for j in range(1, k + 1)]:
+        idx = order[round(frac * (len(order) - 1))]
+        if idx not in picks:
+            picks.append(idx)
+        if len(picks) == k:
+            break
+    return [workloads[i] for i in picks]
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    vals = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def results_of(outcomes: Sequence[WorkloadOutcome], bounds: dict[str, float]
+               ) -> tuple[WorkloadResult, ...]:
+    return tuple(
+        WorkloadResult(uuid=o.workload.uuid, axes=dict(o.workload.axes), status=o.status.value,
+                       check=o.check, latency_ms=o.latency_ms, reference_ms=o.reference_ms,
+                       bound_ms=bounds.get(o.workload.uuid), log=o.log[:2000])
+        for o in outcomes
+    )
+
+
+def score_of(per_workload: Sequence[WorkloadResult]) -> float | None:
+    if not per_workload or any(r.status != "PASSED" for r in per_workload):
+        return None
+    return geomean([r.speedup or 0.0 for r in per_workload])
+
+
+def significant(new: Sequence[WorkloadResult], old: Sequence[WorkloadResult] | None,
+                min_gain: float) -> bool:
+    """Whether ``new`` beats ``old`` (same workloads): the geomean speedup of new over old
+    must exceed ``1 + min_gain``. (Latencies of both come from the same guard session;
+    the guard's interleaved ``Guard.compare`` is the stricter tool for close calls.)"""
+    new_score = score_of(new)
+    if new_score is None:
+        return False
+    if not old:
+        return True
+    old_lat = {r.uuid: r.latency_ms for r in old}
+    ratios = [old_lat[r.uuid] / r.latency_ms for r in new
+              if r.latency_ms and old_lat.get(r.uuid)]
+    g = geomean([x for x in ratios if x is not None])
+    return g is not None and g > 1.0 + min_gain
+
+
+class Judge:
+    """Stages a candidate through the guard; the orchestrator calls it serially."""
+
+    def __init__(self, guard: Guard, config: RunConfig, bounds: dict[str, float]) -> None:
+        from kernelarc.problem.inputs import estimate_input_bytes
+
+        self.guard, self.config, self.bounds = guard, config, bounds
+        wls = list(guard.problem.workloads)
+        sizes = [estimate_input_bytes(guard.problem.definition, w) for w in wls]
+        self.screen_set = screening_set(wls, sizes, config.screen_workloads)
+        self.all = wls
+
+    def _run(self, solution: Solution, workloads: list[Workload], stage: StageConfig,
+             best_first: float | None) -> EvalResult:
+        factor = self.config.hopeless_factor
+
+        def stop(o: WorkloadOutcome) -> str | None:
+            if o.status.value != "PASSED":
+                return f"{o.status.value} on workload {o.workload.uuid}"
+            if best_first and o.latency_ms and o is not None and o.workload.uuid == \
+                    workloads[0].uuid and o.latency_ms > factor * best_first:
+                return (f"hopeless: {o.latency_ms:.4g} ms on the first screened workload, "
+                        f"over {factor:g}x the best incumbent's {best_first:.4g} ms")
+            return None
+
+        return self.guard.evaluate(solution, workloads, rounds=stage.rounds,
+                                   warmup=stage.warmup, iterations=stage.iterations, stop=stop)
+
+    def judge(self, candidate_id: str, agent: str, strategy: str, mode: Mode,
+              solution: Solution, incumbents_screen: Sequence[Sequence[WorkloadResult]]
+              ) -> list[tuple[str, EvalResult, CandidateResult]]:
+        """Screen, then (if promising) the full protocol. Returns one entry per stage run."""
+        first = self.screen_set[0].uuid
+        best_first = min((r.latency_ms for inc in incumbents_screen for r in inc
+                          if r.uuid == first and r.latency_ms), default=None)
+        res = self._run(solution, self.screen_set, self.config.screen, best_first)
+        per = results_of(res.outcomes, self.bounds)
+        screened = self._result(candidate_id, agent, strategy, mode, "screen", per,
+                                res.stopped_early)
+        stages = [("screen", res, screened)]
+        if screened.passed and len(per) == len(self.screen_set) and self._promising(
+                screened, incumbents_screen):
+            full = self._run(solution, self.all, self.config.full, None)
+            per_full = results_of(full.outcomes, self.bounds)
+            stages.append(("full", full, self._result(candidate_id, agent, strategy, mode,
+                                                      "full", per_full, full.stopped_early)))
+        return stages
+
+    def _promising(self, screened: CandidateResult,
+                   incumbents_screen: Sequence[Sequence[WorkloadResult]]) -> bool:
+        scores = [s for s in (score_of(inc) for inc in incumbents_screen) if s is not None]
+        return not scores or (screened.score or 0.0) >= min(scores)
+
+    def _result(self, cid: str, agent: str, strategy: str, mode: Mode, stage: str,
+                per: tuple[WorkloadResult, ...], stopped: str | None) -> CandidateResult:
+        passed = bool(per) and all(r.status == "PASSED" for r in per)
+        return CandidateResult(candidate_id=cid, agent=agent, strategy=strategy, mode=mode,
+                               stage="full" if stage == "full" else "screen", per_workload=per,
+                               passed=passed and stopped is None,
+                               score=score_of(per) if passed else None, stopped_early=stopped)
+
+
+def summarize_stages(stages: Sequence[tuple[str, EvalResult, CandidateResult]]) -> dict[str, Any]:
+    return {name: {"passed": r.passed, "score": r.score, "stopped": r.stopped_early,
+                   "wall_s": round(ev.wall_s, 2)} for name, ev, r in stages}

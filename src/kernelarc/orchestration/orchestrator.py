@@ -1,0 +1,273 @@
+"""The search loop: agents propose in parallel, the guard judges serially, the store keeps
+everything, and three switchable mechanisms coordinate the agents (design.md):
+conclusions-only shared memory, the read-only board of incumbents, and plateau-triggered
+drafting. The orchestrator owns the loop (ask/tell) and is the store's only writer.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from kernelarc.agents.base import Agent
+from kernelarc.agents.board import Board
+from kernelarc.agents.memory import ConclusionMemory
+from kernelarc.agents.plateau import PlateauTracker
+from kernelarc.agents.types import (
+    AgentContext,
+    CandidateResult,
+    Conclusion,
+    IncumbentView,
+    Proposal,
+    WorkloadResult,
+)
+from kernelarc.guard.evaluator import Guard
+from kernelarc.orchestration.config import RunConfig
+from kernelarc.orchestration.executor import Executor, LocalExecutor
+from kernelarc.orchestration.judge import Judge, significant, summarize_stages
+from kernelarc.orchestration.rundir import RunDir
+from kernelarc.problem.loader import Problem
+from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store, StoreError
+
+MAX_PROPOSE_ERRORS = 3
+
+
+class Orchestrator:
+    def __init__(self, problem: Problem, agents: list[Agent], config: RunConfig,
+                 run_dir: RunDir, store: Store, guard: Guard, bounds: dict[str, float],
+                 executor: Executor | None = None) -> None:
+        self.problem, self.config, self.dir, self.store = problem, config, run_dir, store
+        self.guard, self.bounds = guard, bounds
+        self.agents = {a.name: a for a in agents}
+        if len(self.agents) != len(agents):
+            raise ValueError("agent names must be unique")
+        self.executor = executor or LocalExecutor(len(agents))
+        self.judge = Judge(guard, config, bounds)
+        self.board = Board()
+        self.memory = ConclusionMemory()
+        self.plateau = PlateauTracker(config.patience)
+        self.results: dict[str, dict[str, tuple[WorkloadResult, ...]]] = {}
+        """Per agent: the incumbent's per-workload results by stage."""
+        self.feedback: dict[str, str] = {}
+        self.used = 0
+        self.per_agent: dict[str, int] = {n: 0 for n in self.agents}
+        self.retired: set[str] = set()
+        self.errors: dict[str, int] = {n: 0 for n in self.agents}
+        self.started = time.monotonic()
+        self.interrupted = False
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> None:
+        self._restore()
+        inflight: dict[Future[Any], str] = {}
+        try:
+            while self._budget_left() > 0 and self._time_left() > 0:
+                for name in self._idle(inflight):
+                    ctx = self._context(name)
+                    inflight[self.executor.submit(self.agents[name].propose, ctx)] = name
+                if not inflight:
+                    break
+                for fut in self.executor.wait_any(inflight, timeout=self._time_left()):
+                    self._tell(inflight.pop(fut), fut)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            self.store.log_event("interrupted", {"used": self.used})
+        finally:
+            self.executor.shutdown()
+        reason = ("interrupted" if self.interrupted else "budget spent"
+                  if self._budget_left() <= 0 else "time limit" if self._time_left() <= 0
+                  else "every agent is done")
+        self.store.log_event("search_stopped", {"reason": reason, "used": self.used})
+
+    def _idle(self, inflight: dict[Future[Any], str]) -> list[str]:
+        busy = set(inflight.values())
+        room = self._budget_left() - len(inflight)
+        out = []
+        for name in self.agents:
+            cap = self.config.budget_per_agent
+            if name in busy or name in self.retired or (cap and self.per_agent[name] >= cap):
+                continue
+            if len(out) >= room:
+                break
+            out.append(name)
+        return out
+
+    def _budget_left(self) -> int:
+        return self.config.budget - self.used
+
+    def _time_left(self) -> float:
+        if self.config.time_limit_s is None:
+            return 1e9
+        return self.config.time_limit_s - (time.monotonic() - self.started)
+
+    # ------------------------------------------------------------------ ask
+    def _context(self, name: str) -> AgentContext:
+        agent, cfg = self.agents[name], self.config
+        must_draft = cfg.drafting and self.plateau.must_draft(name)
+        if must_draft:
+            self.plateau.reset(name)
+            self.store.log_event("draft_requested", {"agent": name})
+        inc = self.board.incumbent(name)
+        tags = (agent.strategy,)
+        return AgentContext(
+            problem=self.problem.definition.name, definition=self.problem.definition,
+            device=self.guard.device, bounds_ms=dict(self.bounds),
+            workloads=tuple(dict(w.axes) for w in self.problem.workloads),
+            incumbent=inc, incumbent_results=self.results.get(name, {}).get("full", ()),
+            feedback=self.feedback.get(name, ""),
+            board=self.board.snapshot() if cfg.board else None,
+            conclusions=self.memory.top_k(name, agent.strategy, tags, cfg.memory_top_k)
+            if cfg.memory else (),
+            budget_left=self._budget_left(), must_draft=must_draft, round=self.used,
+            seed=cfg.seed,
+        )
+
+    # ------------------------------------------------------------------ tell
+    def _tell(self, name: str, fut: Future[Any]) -> None:
+        try:
+            proposal = fut.result()
+        except Exception as e:
+            self.errors[name] += 1
+            self.feedback[name] = f"your last propose() raised {type(e).__name__}: {e}"
+            self.store.log_event("propose_error", {"agent": name, "error": repr(e)[:2000]})
+            if self.errors[name] >= MAX_PROPOSE_ERRORS:
+                self.retired.add(name)
+                self.store.log_event("agent_retired", {"agent": name, "why": "errors"})
+            return
+        if proposal is None:
+            self.retired.add(name)
+            self.store.log_event("agent_retired", {"agent": name, "why": "nothing to try"})
+            return
+        if not isinstance(proposal, Proposal):
+            raise TypeError(f"agent {name} returned {type(proposal).__name__}, not a Proposal")
+        dup = self.store.candidate_by_hash(proposal.solution.content_hash())
+        if dup is not None:
+            evals = self.store.evaluations(dup.id)
+            if evals:
+                cached = evals[-1].result.model_copy(update={"cached": True, "improved": False})
+                self.store.log_event("duplicate", {"agent": name, "of": dup.id})
+                self._observe(name, cached, store_conclusion=False)
+                return
+        record = self.store.add_candidate(CandidateRecord(
+            id=f"c{len(self.store.candidates()) + 1:04d}-{name}",
+            content_hash=proposal.solution.content_hash(), agent=name,
+            strategy=self.agents[name].strategy, mode=proposal.mode,
+            parent_id=proposal.parent_id, hypothesis=proposal.hypothesis,
+            solution=proposal.solution))
+        self.dir.write_candidate(record)
+        if proposal.mode == "draft":
+            self.store.log_event("draft", {"agent": name, "candidate": record.id,
+                                           "parent": proposal.parent_id})
+        self._judge(record)
+
+    def _judge(self, record: CandidateRecord) -> None:
+        name = record.agent
+        screens = [r["screen"] for r in self.results.values() if "screen" in r]
+        stages = self.judge.judge(record.id, name, record.strategy, record.mode,
+                                  record.solution, screens)
+        for stage, ev, res in stages:
+            self.store.add_evaluation(EvaluationRecord(candidate_id=record.id, stage=res.stage,
+                                                       traces=ev.traces, result=res))
+            self.dir.append_traces(ev.traces)
+        self.used += 1
+        self.per_agent[name] = self.per_agent.get(name, 0) + 1
+        final = stages[-1][2]
+        old = self.results.get(name, {}).get("full")
+        improved = final.stage == "full" and final.passed and significant(
+            final.per_workload, old, self.config.min_gain)
+        if improved:
+            self._promote(record, {s: r.per_workload for s, _, r in stages}, final)
+        final = final.model_copy(update={"improved": improved})
+        self.feedback[name] = "" if final.passed else _failure_text(final)
+        self.plateau.record(name, improved)
+        self.store.log_event("evaluated", {"agent": name, "candidate": record.id,
+                                           "improved": improved,
+                                           "stages": summarize_stages(stages)})
+        self._observe(name, final, store_conclusion=True)
+
+    def _promote(self, record: CandidateRecord, per: dict[str, tuple[WorkloadResult, ...]],
+                 final: CandidateResult) -> None:
+        view = IncumbentView(agent=record.agent, strategy=record.strategy,
+                             candidate_id=record.id, score=final.score or 0.0,
+                             latencies_ms={r.uuid: r.latency_ms or 0.0
+                                           for r in final.per_workload},
+                             solution=record.solution)
+        self.board.update(view, owner=record.agent)
+        self.store.set_incumbent(view)
+        self.results[record.agent] = dict(per)
+        self.store.log_event("incumbent", {"agent": record.agent, "candidate": record.id,
+                                           "score": view.score})
+
+    def _observe(self, name: str, result: CandidateResult, *, store_conclusion: bool) -> None:
+        agent = self.agents[name]
+        try:
+            conclusion = agent.observe(result)
+            if not isinstance(conclusion, Conclusion):
+                raise TypeError(f"observe() returned {type(conclusion).__name__}")
+        except Exception as e:
+            self.store.log_event("observe_error", {"agent": name, "error": repr(e)[:2000]})
+            conclusion = Conclusion(agent=name, strategy=agent.strategy,
+                                    candidate_id=result.candidate_id,
+                                    claim=f"(the agent did not conclude: {type(e).__name__})",
+                                    outcome="failed" if not result.passed else "no_gain")
+        if store_conclusion:
+            conclusion = self.store.add_conclusion(conclusion)
+            if self.config.memory:
+                try:
+                    self.memory.add(conclusion)
+                except ValueError as e:
+                    self.store.log_event("conclusion_rejected", {"agent": name, "why": str(e)})
+        self.store.save_agent_state(name, {"agent": agent.state(),
+                                           "plateau": self.plateau.state()})
+
+    # ------------------------------------------------------------------ resume
+    def _restore(self) -> None:
+        stored = self.store.open_run(self.config.model_dump(mode="json"))
+        if stored.get("definition") != self.config.definition:
+            raise StoreError(f"{self.dir.path} holds a run of {stored.get('definition')!r}, "
+                             f"not {self.config.definition!r}: use another --run-dir")
+        if self.config.memory_file and Path(self.config.memory_file).exists():
+            self.memory.merge(ConclusionMemory.load(Path(self.config.memory_file)))
+        states = self.store.agent_states()
+        for name, agent in self.agents.items():
+            if name in states:
+                agent.restore(dict(states[name].get("agent") or {}))
+        plateau = [s.get("plateau") for s in states.values() if s.get("plateau")]
+        if plateau:
+            self.plateau.restore(max(plateau, key=lambda p: sum(p.get("counts", {}).values())
+                                     if isinstance(p, dict) else 0))
+        for view in self.store.incumbents().values():
+            if view.agent in self.agents:
+                self.board.update(view, owner=view.agent)
+        for c in self.store.conclusions():
+            if self.config.memory:
+                self.memory.add(c)
+        pending = []
+        for rec in self.store.candidates():
+            evals = self.store.evaluations(rec.id)
+            if not evals:
+                pending.append(rec)
+                continue
+            self.used += 1
+            self.per_agent[rec.agent] = self.per_agent.get(rec.agent, 0) + 1
+            inc = self.board.incumbent(rec.agent)
+            if inc is not None and inc.candidate_id == rec.id:
+                self.results[rec.agent] = {e.stage: e.result.per_workload for e in evals}
+        if self.used or pending:
+            self.store.log_event("resumed", {"used": self.used,
+                                             "redo": [r.id for r in pending]})
+        for rec in pending:  # in flight when the run died: judged again, nothing else lost
+            if rec.agent in self.agents and self._budget_left() > 0:
+                self._judge(rec)
+
+
+def _failure_text(result: CandidateResult) -> str:
+    bad = [r for r in result.per_workload if r.status != "PASSED"]
+    if result.stopped_early and not bad:
+        return f"stopped early: {result.stopped_early}"
+    if not bad:
+        return "no workload was judged"
+    r = bad[0]
+    return f"{r.status} on workload {r.uuid} ({r.axes}): {r.log[:1500]}"

@@ -1,0 +1,340 @@
+"""``kernelarc eval`` as a user runs it: the real CLI in a real subprocess, on the bundled
+example problem ``rmsnorm_h512`` (CPU, workloads 0 and 1, 1 warm-up and 3 timed calls).
+
+Covered here: exit codes (0 all passed, 1 any failure, 2 bad usage with a one-line error and
+no traceback), ``-o traces.jsonl`` with one schema-valid trace per selected workload for
+PASSED, INCORRECT_NUMERICAL, COMPILE_ERROR and REWARD_HACK (correctness / performance
+present exactly as the status demands, workload uuids, ``REWARD_HACK[`` log prefix, the
+isolation level in every log), ``--json`` printing only trace lines on stdout, determinism of
+statuses and error figures across two runs, and ``--help`` listing the README's options.
+RUNTIME_ERROR and TIMEOUT traces, crashes, leftover processes, secrets, the network and the
+Python API are in ``test_guard_isolation.py``.
+
+Not covered: GPU timing, the roofline columns of the table, ``--compile-baseline`` runs.
+Solution sources live in ``tests/data/``; each test wraps one in a ``solution.json`` in a
+temporary folder. Runs shared by several tests are module-scoped fixtures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kernelarc.env import parent_environment
+from kernelarc.problem.loader import load_problem
+from kernelarc.problem.schema import EvaluationStatus, Trace
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
+DATA = Path(__file__).resolve().parent / "data"
+FAST = ("--device", "cpu", "--workloads", "0,1", "--warmup", "1", "--iterations", "3")
+UUIDS = [w.uuid for w in load_problem(EXAMPLE).workloads[:2]]
+WITH_CORRECTNESS = {"PASSED", "INCORRECT_NUMERICAL"}
+
+
+# ---------------------------------------------------------------- helpers
+
+
+@dataclass
+class CliRun:
+    rc: int
+    stdout: str
+    stderr: str
+    trace_lines: list[str]  # the lines of the -o file (empty without -o)
+
+    def describe(self) -> str:
+        return f"rc={self.rc}\nstdout:\n{self.stdout[-3000:]}\nstderr:\n{self.stderr[-3000:]}"
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The caller's environment without terminal-size hints (rich then uses 80 columns, as
+    in any pipe), plus ``extra``."""
+    env = {k: v for k, v in parent_environment().items() if k not in ("COLUMNS", "LINES")}
+    env.update(extra or {})
+    return env
+
+
+def run_eval(
+    args: list[str],
+    *,
+    cwd: Path | None = None,
+    out: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 180,
+) -> CliRun:
+    cmd = [sys.executable, "-m", "kernelarc.cli.main", "eval", *args]
+    if out is not None:
+        cmd += ["-o", str(out)]
+    p = subprocess.run(
+        cmd, cwd=cwd or ROOT, env=env or cli_env(), capture_output=True, text=True, timeout=timeout
+    )
+    lines = out.read_text().splitlines() if out is not None and out.exists() else []
+    return CliRun(p.returncode, p.stdout, p.stderr, lines)
+
+
+def write_solution(folder: Path, source: str, name: str) -> Path:
+    """A solution.json whose one source file ``s.py`` lies beside it (no inline content)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "s.py").write_text(source)
+    sol = {
+        "name": name,
+        "definition": "ka_rmsnorm_h512",
+        "author": "kernelarc-tests",
+        "spec": {
+            "languages": ["pytorch"],
+            "entry_point": "s.py::run",
+            "destination_passing_style": True,
+        },
+        "sources": [{"path": "s.py"}],
+    }
+    path = folder / "solution.json"
+    path.write_text(json.dumps(sol, indent=2))
+    return path
+
+
+def check_traces(run: CliRun, lines: list[str], statuses: list[str]) -> list[Trace]:
+    """Parse trace lines and check them against the expected status per workload."""
+    assert len(lines) == len(statuses), run.describe()
+    traces = [Trace.model_validate_json(line) for line in lines]
+    for trace, uuid, want in zip(traces, UUIDS, statuses, strict=True):
+        ev = trace.evaluation
+        assert ev is not None, run.describe()
+        detail = f"{uuid}: {ev.status.value}, log:\n{ev.log[:2000]}\n{run.describe()}"
+        assert trace.workload.uuid == uuid, detail
+        assert ev.status == EvaluationStatus(want), detail
+        assert (ev.correctness is not None) == (want in WITH_CORRECTNESS), detail
+        assert (ev.performance is not None) == (want == "PASSED"), detail
+        if want == "PASSED":
+            assert ev.performance is not None and ev.performance.latency_ms > 0, detail
+        assert ev.log.startswith("REWARD_HACK[") == (want == "REWARD_HACK"), detail
+        assert "isolation: " in ev.log, detail
+    return traces
+
+
+# ---------------------------------------------------------------- all passed, --json
+
+
+@pytest.fixture(scope="module")
+def passed(tmp_path_factory: pytest.TempPathFactory) -> CliRun:
+    out = tmp_path_factory.mktemp("passed") / "traces.jsonl"
+    return run_eval(
+        [str(EXAMPLE), "--solution", str(EXAMPLE / "solution_pytorch.json"), *FAST, "--json"],
+        out=out,
+    )
+
+
+def test_all_passed_exits_0_with_a_trace_per_workload(passed: CliRun) -> None:
+    assert passed.rc == 0, passed.describe()
+    traces = check_traces(passed, passed.trace_lines, ["PASSED", "PASSED"])
+    assert all(t.solution == "ka_rmsnorm_h512_pytorch" for t in traces)
+    assert "Traceback" not in passed.stderr
+
+
+def test_json_prints_only_trace_lines(passed: CliRun) -> None:
+    lines = passed.stdout.splitlines()
+    assert passed.stdout.endswith("\n"), passed.describe()
+    check_traces(passed, lines, ["PASSED", "PASSED"])
+    assert lines == passed.trace_lines  # stdout and the -o file carry the same traces
+
+
+# ---------------------------------------------------------------- bad usage
+
+
+def _usage_case(tmp: Path, case: str) -> tuple[list[str], list[str]]:
+    """Arguments (run in ``tmp``) and fragments the error must contain."""
+    example_sol = str(EXAMPLE / "solution_pytorch.json")
+    if case == "missing-problem":
+        return ["no_such_problem", "--solution", example_sol], ["no_such_problem", "does not exist"]
+    if case == "missing-solution":
+        return [str(EXAMPLE), "--solution", "missing.json"], ["missing.json", "does not exist"]
+    if case == "invalid-json":
+        (tmp / "bad.json").write_text('{\n  "name": "x",\n  "definition": "d",\n  oops\n}\n')
+        return [str(EXAMPLE), "--solution", "bad.json"], ["bad.json:4", "invalid JSON", "line 4"]
+    assert case == "missing-source"
+    sol = write_solution(tmp / "sol", "def run(a, b, c):\n    pass\n", "no_source")
+    (tmp / "sol" / "s.py").unlink()
+    return [str(EXAMPLE), "--solution", str(sol)], ["solution.json", "'s.py'", "does not exist"]
+
+
+USAGE_CASES = ["missing-problem", "missing-solution", "invalid-json", "missing-source"]
+
+
+@pytest.mark.parametrize("case", USAGE_CASES)
+def test_bad_usage_exits_2_with_a_clear_error(tmp_path: Path, case: str) -> None:
+    args, fragments = _usage_case(tmp_path, case)
+    run = run_eval([*args, *FAST], cwd=tmp_path)
+    assert run.rc == 2, run.describe()
+    assert "Traceback" not in run.stderr and run.stdout == "", run.describe()
+    text = " ".join(run.stderr.split())
+    assert text.startswith("error: "), run.describe()
+    for fragment in fragments:
+        assert fragment in text, f"{fragment!r} missing\n{run.describe()}"
+
+
+def test_short_usage_error_is_one_line(tmp_path: Path) -> None:
+    args, _ = _usage_case(tmp_path, "missing-solution")
+    run = run_eval([*args, *FAST], cwd=tmp_path)
+    assert run.rc == 2
+    assert run.stderr.strip() == "error: missing.json: file does not exist", run.describe()
+
+
+@pytest.mark.parametrize("case", ["missing-problem", "invalid-json", "missing-source"])
+def test_long_usage_error_is_one_line(tmp_path: Path, case: str) -> None:
+    args, fragments = _usage_case(tmp_path, case)
+    run = run_eval([*args, *FAST], cwd=tmp_path)
+    assert run.rc == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.describe()
+    assert all(f in lines[0] for f in fragments), run.describe()
+
+
+def test_missing_solution_option_exits_2(tmp_path: Path) -> None:
+    run = run_eval([str(EXAMPLE), "--device", "cpu"], cwd=tmp_path)
+    assert run.rc == 2, run.describe()
+    assert "--solution" in run.stderr and "Traceback" not in run.stderr, run.describe()
+
+
+# ---------------------------------------------------------------- statuses in -o
+
+
+def _run_source(tmp: Path, source: str, name: str, *extra: str) -> CliRun:
+    sol = write_solution(tmp / "sol", source, name)
+    return run_eval([str(EXAMPLE), "--solution", str(sol), *FAST, *extra], out=tmp / "traces.jsonl")
+
+
+def test_syntax_error_is_compile_error_with_file_and_line(tmp_path: Path) -> None:
+    run = _run_source(
+        tmp_path,
+        "import torch\n\ndef run(hidden_states, weight, output)\n    pass\n",
+        "syntax_error",
+    )
+    assert run.rc == 1, run.describe()
+    for trace in check_traces(run, run.trace_lines, ["COMPILE_ERROR", "COMPILE_ERROR"]):
+        assert trace.evaluation is not None and "s.py:3" in trace.evaluation.log
+
+
+@pytest.fixture(scope="module")
+def timer_patch(tmp_path_factory: pytest.TempPathFactory) -> CliRun:
+    tmp = tmp_path_factory.mktemp("timer")
+    return _run_source(tmp, (DATA / "timer_patch.py").read_text(), "timer_patch")
+
+
+def test_timer_patch_is_reward_hack(timer_patch: CliRun) -> None:
+    assert timer_patch.rc == 1, timer_patch.describe()
+    traces = check_traces(timer_patch, timer_patch.trace_lines, ["REWARD_HACK"] * 2)
+    for trace in traces:
+        assert trace.evaluation is not None
+        assert trace.evaluation.log.startswith("REWARD_HACK[timer-patch]: "), trace
+        assert "perf_counter" in trace.evaluation.log
+
+
+def test_table_names_the_check_that_fired(timer_patch: CliRun) -> None:
+    assert "REWARD_HACK[timer-patch]" in timer_patch.stdout, timer_patch.describe()
+
+
+def test_markup_in_a_candidate_error_does_not_crash_the_cli(tmp_path: Path) -> None:
+    src = "def run(hidden_states, weight, output):\n    raise RuntimeError('bad [/x] tag')\n"
+    sol = write_solution(tmp_path / "sol", src, "markup")
+    run = run_eval(
+        [str(EXAMPLE), "--solution", str(sol), *FAST[:2], "--workloads", "0", "--rounds", "1"]
+    )
+    assert run.rc == 1 and "Traceback" not in run.stderr, run.describe()
+    assert "bad [/x] tag" in run.stdout, run.describe()
+
+
+# ---------------------------------------------------------------- numerics, determinism
+
+
+@pytest.fixture(scope="module")
+def numerics(tmp_path_factory: pytest.TempPathFactory) -> list[CliRun]:
+    """numerics_split.py judged twice (two separate CLI runs)."""
+    source = (DATA / "numerics_split.py").read_text()
+    return [
+        _run_source(tmp_path_factory.mktemp(f"numerics{i}"), source, "numerics_split")
+        for i in range(2)
+    ]
+
+
+def test_any_failure_exits_1_and_failing_numerics_carry_correctness(numerics: list[CliRun]) -> None:
+    run = numerics[0]
+    assert run.rc == 1, run.describe()
+    bad, good = check_traces(run, run.trace_lines, ["INCORRECT_NUMERICAL", "PASSED"])
+    assert bad.evaluation is not None and bad.evaluation.correctness is not None
+    # 10 % too large: the relative error is about 0.1 (bf16 rounding aside)
+    assert 0.05 < bad.evaluation.correctness.max_relative_error < 0.2, bad.evaluation
+    assert good.evaluation is not None and good.evaluation.correctness is not None
+    assert 0 < good.evaluation.correctness.max_absolute_error <= 0.1, good.evaluation
+
+
+def test_same_solution_twice_gives_identical_statuses_and_errors(numerics: list[CliRun]) -> None:
+    def figures(run: CliRun) -> list[tuple[str, str, float, float]]:
+        out = []
+        for trace in check_traces(run, run.trace_lines, ["INCORRECT_NUMERICAL", "PASSED"]):
+            ev = trace.evaluation
+            assert ev is not None and ev.correctness is not None
+            out.append(
+                (
+                    trace.workload.uuid,
+                    ev.status.value,
+                    ev.correctness.max_absolute_error,
+                    ev.correctness.max_relative_error,
+                )
+            )
+        return out
+
+    first, second = (figures(r) for r in numerics)
+    assert first == second
+    assert all(f[2] > 0 for f in first)  # non-zero errors: the inputs really are identical
+
+
+# ---------------------------------------------------------------- --help
+
+
+README_OPTIONS = (
+    "--solution",
+    "--device",
+    "--timeout",
+    "--workloads",
+    "-o",
+    "--json",
+    "--strict-precision",
+    "--compile-baseline",
+    "--profile",
+)
+
+
+def test_readme_documents_these_options() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for opt in README_OPTIONS:
+        assert f"[{opt}" in readme or f"{opt} " in readme, opt
+
+
+def _help(columns: str | None) -> str:
+    env = cli_env({"COLUMNS": columns} if columns else None)
+    p = subprocess.run(
+        [sys.executable, "-m", "kernelarc.cli.main", "eval", "--help"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_help_lists_every_documented_option_on_a_wide_terminal() -> None:
+    text = _help("200")
+    for opt in README_OPTIONS:
+        assert f" {opt} " in text, f"{opt} not in --help:\n{text}"
+
+
+def test_help_lists_every_documented_option_at_80_columns() -> None:
+    text = _help(None)
+    for opt in README_OPTIONS:
+        assert f" {opt} " in text, f"{opt} not in --help:\n{text}"
