@@ -25,30 +25,12 @@ def _bounds(
     problem: Any, workloads: list[Any], device: str, profile_name: str | None, err: Console
 ) -> dict[str, float]:
     """T_sol per workload (ms) for the chosen profile; empty when it cannot be computed."""
-    try:
-        from kernelarc.roofline.flops import count_workload
-        from kernelarc.roofline.profiles import get_profile
-        from kernelarc.roofline.score import t_sol_ms
-    except ImportError as e:  # the roofline layer is optional for judging
-        err.print(f"[yellow]no roofline bounds: {escape(str(e))}[/]")
-        return {}
-    name = profile_name or ("local-cuda" if device.startswith("cuda") else "cpu")
-    try:
-        profile = get_profile(name)
-    except Exception as e:
-        err.print(f"[yellow]no roofline bounds for profile {name!r}: {escape(str(e))}[/]")
-        return {}
-    out: dict[str, float] = {}
-    for wl in workloads:
-        try:
-            cost = count_workload(problem.definition, wl)
-            ms, _ = t_sol_ms(cost, profile)
-        except Exception as e:
-            err.print(f"[yellow]bound of workload {wl.uuid[:8]} not computed: {escape(str(e))}[/]")
-            continue
-        if ms is not None and ms > 0:
-            out[wl.uuid] = float(ms)
-    return out
+    from kernelarc.roofline.bounds import workload_bounds
+
+    bounds, warnings = workload_bounds(problem.definition, workloads, device, profile_name)
+    for w in warnings:
+        err.print(f"[yellow]{escape(w)}[/]")
+    return bounds
 
 
 def eval_command(
@@ -179,8 +161,9 @@ def _run(
     )
     with Guard(problem, cfg) as guard:
         err.print(
-            f"judging {escape(sol.name)} on {escape(problem.definition.name)}: {len(chosen)} workloads, "
-            f"device {guard.device}, isolation: {guard.isolation.description}"
+            f"judging {escape(sol.name)} on {escape(problem.definition.name)}: "
+            f"{len(chosen)} workloads, device {guard.device}, "
+            f"isolation: {guard.isolation.description}"
         )
         result = guard.evaluate(sol, chosen)
         dev = guard.device

@@ -40,6 +40,28 @@ def _without_run(source: str) -> str:
 _HONEST_MISTAKES = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict)
 
 
+_INDUCTOR_MARKERS = ("torch.compile", "torch._inductor", "torch._dynamo", "torch.export")
+
+
+def _uses_inductor(root: Path) -> bool:
+    return any(
+        m in p.read_text(errors="replace") for p in root.rglob("*.py") for m in _INDUCTOR_MARKERS
+    )
+
+
+def _prewarm_inductor() -> list[str]:
+    """Run, before the sentinel is armed, the one-time probes torch.compile makes on first
+    use (the CPU vector-ISA check starts a Python subprocess to load a test library). They
+    are the library's, not the solution's; afterwards they are cached in this process."""
+    try:
+        from torch._inductor import cpu_vec_isa
+
+        cpu_vec_isa.valid_vec_isa_list()
+    except Exception as e:  # reported with the verdict; the solution may still work
+        return [f"torch.compile pre-warm failed: {type(e).__name__}: {e}"]
+    return []
+
+
 def _viol(vs: list[Violation]) -> list[dict[str, str]]:
     return [{"check": v.check, "detail": v.detail} for v in vs]
 
@@ -83,6 +105,9 @@ class CandidateRole:
                 library_roots=tuple(Path(p) for p in pol["library_roots"]),
             )
         )
+        self.notes: list[str] = []
+        if _uses_inductor(Path(art["root"])):
+            self.notes += _prewarm_inductor()
         self.sentinel.install()
         self.sentinel.arm(
             [self_mod, compare_mod, protocol_mod, sentinel_mod, timing_mod, worker_mod]
@@ -106,12 +131,17 @@ class CandidateRole:
         from kernelarc.guard.worker import environment_info
 
         if self.load_error:
-            return {**self.load_error, "violations": _viol(self.import_violations)}
+            return {
+                **self.load_error,
+                "violations": _viol(self.import_violations),
+                "notes": self.notes,
+            }
         return {
             "ok": True,
             "violations": _viol(self.import_violations),
             "precision": self.sentinel.precision_changes(),
             "environment": environment_info(self.device),
+            "notes": self.notes,
         }
 
     # ------------------------------------------------------------------ helpers

@@ -163,6 +163,7 @@ class Guard:
         extra = {
             "TRITON_CACHE_DIR": str(self.cache / "triton"),
             "TORCH_EXTENSIONS_DIR": str(self.cache / "torch_extensions"),
+            "TORCHINDUCTOR_CACHE_DIR": str(self.cache / "inductor"),
             "TMPDIR": str(self.tmp / "scratch"),
         }
         if self.device == "cpu":

@@ -69,6 +69,8 @@ ALLOWED_EXECUTABLES = frozenset(
         "which",
     }
 )
+#: ``openssl`` is allowed only to hash files (torch.compile checksums its headers with it).
+_DIGESTS = frozenset({"sha1", "sha256", "sha384", "sha512", "md5", "dgst"})
 PROBLEM_FILE_NAMES = frozenset(
     {"definition.json", "workload.jsonl", "reference.py", "metadata.json"}
 )
@@ -93,6 +95,7 @@ _LIST_EVENTS = frozenset({"os.listdir", "os.scandir", "glob.glob"})
 #: Environment variables that libraries manage themselves at run time (torch.compile and
 #: Triton set their cache locations lazily); changes to these are not tampering.
 LIBRARY_ENV_PREFIXES = (
+    "_TORCHINDUCTOR_",
     "TORCHINDUCTOR_",
     "TORCHDYNAMO_",
     "TORCH_COMPILE_",
@@ -254,6 +257,11 @@ class Sentinel:
     _harness: bool = False
 
     def install(self) -> None:
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        roots = {sys.prefix, sys.base_prefix, paths["purelib"], paths["platlib"], paths["stdlib"]}
+        self._python_roots = tuple(os.path.realpath(r) + os.sep for r in roots if r)
         self._main = threading.get_ident()
         self._pid = str(os.getpid())
         sys.addaudithook(self._hook)
@@ -311,9 +319,16 @@ class Sentinel:
         elif event in _NET_EVENTS:
             self._flag("network", f"{event}{args[:2]!r}")
         elif event == "subprocess.Popen":
-            exe = args[0] if args[0] else (args[1][0] if args[1] else "")
-            if os.path.basename(os.fsdecode(exe)) not in ALLOWED_EXECUTABLES:
-                self._flag("subprocess", f"subprocess {os.fsdecode(exe)!r}")
+            argv = (
+                [os.fsdecode(a) for a in (args[1] or [])]
+                if isinstance(args[1], list | tuple)
+                else []
+            )
+            exe = os.fsdecode(args[0]) if args[0] else (argv[0] if argv else "")
+            name = os.path.basename(exe)
+            digest = name == "openssl" and len(argv) > 1 and argv[1] in _DIGESTS
+            if name not in ALLOWED_EXECUTABLES and not digest:
+                self._flag("subprocess", f"subprocess {exe!r}")
         elif event in _SPAWN_EVENTS:
             exe = os.fsdecode(args[0]) if args and isinstance(args[0], str | bytes) else ""
             if event == "os.posix_spawn" and os.path.basename(exe) in ALLOWED_EXECUTABLES:
@@ -334,12 +349,19 @@ class Sentinel:
         if m and m.group(1) != self._pid:
             self._flag("file-access", f"another process's {path}")
         base = os.path.basename(path)
-        if not listing and (base in PROBLEM_FILE_NAMES or base.endswith(".safetensors")):
+        real = os.path.realpath(path)
+        # Name-based rules do not apply inside the Python installation (torch ships its own
+        # "reference.py"); the problem directory itself stays forbidden below.
+        packaged = real.startswith(self._python_roots)
+        if (
+            not listing
+            and not packaged
+            and (base in PROBLEM_FILE_NAMES or base.endswith(".safetensors"))
+        ):
             if not path.startswith(str(self.policy.candidate_dir)):
                 self._flag("file-access", f"opened {path}")
-        if self.policy.problem_name and self.policy.problem_name in path:
+        if self.policy.problem_name and self.policy.problem_name in path and not packaged:
             self._flag("file-access", f"path names the problem: {path}")
-        real = os.path.realpath(path)
         for root in self.policy.forbidden_roots:
             if real == str(root) or real.startswith(str(root) + os.sep):
                 self._flag("file-access", f"{'listed' if listing else 'opened'} {path}")

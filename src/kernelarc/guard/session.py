@@ -64,6 +64,7 @@ class CandidateSession:
         self.worker: WorkerProcess | None = None
         self.fatal: Verdict | None = None  # decided for every workload (build/import)
         self.artifact: dict[str, Any] | None = None
+        self.setup_notes: list[str] = []
         self._build()
 
     def _tick(self, phase: str, t0: float) -> None:
@@ -136,6 +137,7 @@ class CandidateSession:
             w.kill()
             raise _reply_verdict(reply)
         self.precision = reply.get("precision") or {}
+        self.setup_notes = [str(n) for n in reply.get("notes") or []]
         self.worker = w
         return w
 
@@ -152,6 +154,7 @@ class CandidateSession:
             if self.fatal is not None:
                 raise self.fatal
             self._judge(wl, outcome, deadline)
+            outcome.notes += self.setup_notes
         except Verdict as v:
             outcome.status, outcome.log, outcome.check = v.status, v.log, v.check
             if v.correctness is not None:

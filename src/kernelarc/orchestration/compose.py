@@ -225,15 +225,12 @@ def compose(
         won.setdefault(key, []).append(wl.uuid)
     _check_collisions(parts)
 
-    sources = [SourceFile(path=DISPATCH_FILE, content="")]
+    dispatch = _render(definition, axes, locators, parts, table, won, name)
+    sources = [SourceFile(path=DISPATCH_FILE, content=dispatch)]
     for k, sol in enumerate(parts):
         sources += [
             SourceFile(path=f"impl_{k}/{src.path}", content=src.content) for src in sol.sources
         ]
-    sources[0] = SourceFile(
-        path=DISPATCH_FILE,
-        content=_render(definition, axes, locators, parts, table, won, name),
-    )
     hardware = [
         h for h in default.spec.target_hardware if all(h in p.spec.target_hardware for p in parts)
     ]
@@ -297,7 +294,7 @@ def _render(
         "the implementation that won that shape; other shapes go to the default, impl_0.",
         '"""',
         "",
-        f"# Arguments: {', '.join(arg_names)} ({n_in} inputs, then {n_out} outputs).",
+        f"# Arguments: {', '.join(arg_names)} ({n_in} input(s), then {n_out} output(s)).",
         "# Dispatch key: ("
         + ", ".join(f"{a} = {src}" for a, (_, src) in zip(axes, texts, strict=True))
         + ")",

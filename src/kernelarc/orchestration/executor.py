@@ -30,8 +30,9 @@ class Executor(ABC):
 
 class LocalExecutor(Executor):
     def __init__(self, workers: int) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=max(1, workers),
-                                        thread_name_prefix="kernelarc-agent")
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, workers), thread_name_prefix="kernelarc-agent"
+        )
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         return self._pool.submit(fn, *args)

@@ -48,12 +48,20 @@ def geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
 
-def results_of(outcomes: Sequence[WorkloadOutcome], bounds: dict[str, float]
-               ) -> tuple[WorkloadResult, ...]:
+def results_of(
+    outcomes: Sequence[WorkloadOutcome], bounds: dict[str, float]
+) -> tuple[WorkloadResult, ...]:
     return tuple(
-        WorkloadResult(uuid=o.workload.uuid, axes=dict(o.workload.axes), status=o.status.value,
-                       check=o.check, latency_ms=o.latency_ms, reference_ms=o.reference_ms,
-                       bound_ms=bounds.get(o.workload.uuid), log=o.log[:2000])
+        WorkloadResult(
+            uuid=o.workload.uuid,
+            axes=dict(o.workload.axes),
+            status=o.status.value,
+            check=o.check,
+            latency_ms=o.latency_ms,
+            reference_ms=o.reference_ms,
+            bound_ms=bounds.get(o.workload.uuid),
+            log=o.log[:2000],
+        )
         for o in outcomes
     )
 
@@ -64,8 +72,9 @@ def score_of(per_workload: Sequence[WorkloadResult]) -> float | None:
     return geomean([r.speedup or 0.0 for r in per_workload])
 
 
-def significant(new: Sequence[WorkloadResult], old: Sequence[WorkloadResult] | None,
-                min_gain: float) -> bool:
+def significant(
+    new: Sequence[WorkloadResult], old: Sequence[WorkloadResult] | None, min_gain: float
+) -> bool:
     """Whether ``new`` beats ``old`` (same workloads): the geomean speedup of new over old
     must exceed ``1 + min_gain``. (Latencies of both come from the same guard session;
     the guard's interleaved ``Guard.compare`` is the stricter tool for close calls.)"""
@@ -74,10 +83,9 @@ def significant(new: Sequence[WorkloadResult], old: Sequence[WorkloadResult] | N
         return False
     if not old:
         return True
-    old_lat = {r.uuid: r.latency_ms for r in old}
-    ratios = [old_lat[r.uuid] / r.latency_ms for r in new
-              if r.latency_ms and old_lat.get(r.uuid)]
-    g = geomean([x for x in ratios if x is not None])
+    old_lat = {r.uuid: r.latency_ms for r in old if r.latency_ms}
+    ratios = [old_lat[r.uuid] / r.latency_ms for r in new if r.latency_ms and r.uuid in old_lat]
+    g = geomean(ratios)
     return g is not None and g > 1.0 + min_gain
 
 
@@ -93,56 +101,121 @@ class Judge:
         self.screen_set = screening_set(wls, sizes, config.screen_workloads)
         self.all = wls
 
-    def _run(self, solution: Solution, workloads: list[Workload], stage: StageConfig,
-             best_first: float | None) -> EvalResult:
+    def _run(
+        self,
+        solution: Solution,
+        workloads: list[Workload],
+        stage: StageConfig,
+        best_first: float | None,
+    ) -> EvalResult:
         factor = self.config.hopeless_factor
 
         def stop(o: WorkloadOutcome) -> str | None:
             if o.status.value != "PASSED":
                 return f"{o.status.value} on workload {o.workload.uuid}"
-            if best_first and o.latency_ms and o is not None and o.workload.uuid == \
-                    workloads[0].uuid and o.latency_ms > factor * best_first:
-                return (f"hopeless: {o.latency_ms:.4g} ms on the first screened workload, "
-                        f"over {factor:g}x the best incumbent's {best_first:.4g} ms")
+            if (
+                best_first
+                and o.latency_ms
+                and o is not None
+                and o.workload.uuid == workloads[0].uuid
+                and o.latency_ms > factor * best_first
+            ):
+                return (
+                    f"hopeless: {o.latency_ms:.4g} ms on the first screened workload, "
+                    f"over {factor:g}x the best incumbent's {best_first:.4g} ms"
+                )
             return None
 
-        return self.guard.evaluate(solution, workloads, rounds=stage.rounds,
-                                   warmup=stage.warmup, iterations=stage.iterations, stop=stop)
+        return self.guard.evaluate(
+            solution,
+            workloads,
+            rounds=stage.rounds,
+            warmup=stage.warmup,
+            iterations=stage.iterations,
+            stop=stop,
+        )
 
-    def judge(self, candidate_id: str, agent: str, strategy: str, mode: Mode,
-              solution: Solution, incumbents_screen: Sequence[Sequence[WorkloadResult]]
-              ) -> list[tuple[str, EvalResult, CandidateResult]]:
+    def judge(
+        self,
+        candidate_id: str,
+        agent: str,
+        strategy: str,
+        mode: Mode,
+        solution: Solution,
+        incumbents_screen: Sequence[Sequence[WorkloadResult]],
+    ) -> list[tuple[str, EvalResult, CandidateResult]]:
         """Screen, then (if promising) the full protocol. Returns one entry per stage run."""
         first = self.screen_set[0].uuid
-        best_first = min((r.latency_ms for inc in incumbents_screen for r in inc
-                          if r.uuid == first and r.latency_ms), default=None)
+        best_first = min(
+            (
+                r.latency_ms
+                for inc in incumbents_screen
+                for r in inc
+                if r.uuid == first and r.latency_ms
+            ),
+            default=None,
+        )
         res = self._run(solution, self.screen_set, self.config.screen, best_first)
         per = results_of(res.outcomes, self.bounds)
-        screened = self._result(candidate_id, agent, strategy, mode, "screen", per,
-                                res.stopped_early)
+        screened = self._result(
+            candidate_id, agent, strategy, mode, "screen", per, res.stopped_early
+        )
         stages = [("screen", res, screened)]
-        if screened.passed and len(per) == len(self.screen_set) and self._promising(
-                screened, incumbents_screen):
+        if (
+            screened.passed
+            and len(per) == len(self.screen_set)
+            and self._promising(screened, incumbents_screen)
+        ):
             full = self._run(solution, self.all, self.config.full, None)
             per_full = results_of(full.outcomes, self.bounds)
-            stages.append(("full", full, self._result(candidate_id, agent, strategy, mode,
-                                                      "full", per_full, full.stopped_early)))
+            stages.append(
+                (
+                    "full",
+                    full,
+                    self._result(
+                        candidate_id, agent, strategy, mode, "full", per_full, full.stopped_early
+                    ),
+                )
+            )
         return stages
 
-    def _promising(self, screened: CandidateResult,
-                   incumbents_screen: Sequence[Sequence[WorkloadResult]]) -> bool:
+    def _promising(
+        self, screened: CandidateResult, incumbents_screen: Sequence[Sequence[WorkloadResult]]
+    ) -> bool:
         scores = [s for s in (score_of(inc) for inc in incumbents_screen) if s is not None]
         return not scores or (screened.score or 0.0) >= min(scores)
 
-    def _result(self, cid: str, agent: str, strategy: str, mode: Mode, stage: str,
-                per: tuple[WorkloadResult, ...], stopped: str | None) -> CandidateResult:
+    def _result(
+        self,
+        cid: str,
+        agent: str,
+        strategy: str,
+        mode: Mode,
+        stage: str,
+        per: tuple[WorkloadResult, ...],
+        stopped: str | None,
+    ) -> CandidateResult:
         passed = bool(per) and all(r.status == "PASSED" for r in per)
-        return CandidateResult(candidate_id=cid, agent=agent, strategy=strategy, mode=mode,
-                               stage="full" if stage == "full" else "screen", per_workload=per,
-                               passed=passed and stopped is None,
-                               score=score_of(per) if passed else None, stopped_early=stopped)
+        return CandidateResult(
+            candidate_id=cid,
+            agent=agent,
+            strategy=strategy,
+            mode=mode,
+            stage="full" if stage == "full" else "screen",
+            per_workload=per,
+            passed=passed and stopped is None,
+            score=score_of(per) if passed else None,
+            stopped_early=stopped,
+        )
 
 
 def summarize_stages(stages: Sequence[tuple[str, EvalResult, CandidateResult]]) -> dict[str, Any]:
-    return {name: {"passed": r.passed, "score": r.score, "stopped": r.stopped_early,
-                   "wall_s": round(ev.wall_s, 2)} for name, ev, r in stages}
+    return {
+        name: {
+            "passed": r.passed,
+            "score": r.score,
+            "stopped": r.stopped_early,
+            "wall_s": round(ev.wall_s, 2),
+        }
+        for name, ev, r in stages
+    }

@@ -7,6 +7,7 @@ drafting. The orchestrator owns the loop (ask/tell) and is the store's only writ
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -32,12 +33,23 @@ from kernelarc.problem.loader import Problem
 from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store, StoreError
 
 MAX_PROPOSE_ERRORS = 3
+ORCHESTRATOR = "__orchestrator__"
+"""The store key of the orchestrator's own state (plateau counters)."""
 
 
 class Orchestrator:
-    def __init__(self, problem: Problem, agents: list[Agent], config: RunConfig,
-                 run_dir: RunDir, store: Store, guard: Guard, bounds: dict[str, float],
-                 executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        problem: Problem,
+        agents: list[Agent],
+        config: RunConfig,
+        run_dir: RunDir,
+        store: Store,
+        guard: Guard,
+        bounds: dict[str, float],
+        executor: Executor | None = None,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
         self.problem, self.config, self.dir, self.store = problem, config, run_dir, store
         self.guard, self.bounds = guard, bounds
         self.agents = {a.name: a for a in agents}
@@ -57,9 +69,21 @@ class Orchestrator:
         self.errors: dict[str, int] = {n: 0 for n in self.agents}
         self.started = time.monotonic()
         self.interrupted = False
+        self.on_event = on_event
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
+        """Log an event in the store and mirror it to ``events.jsonl``."""
+        ev = self.store.log_event(kind, payload)
+        self.dir.append_event(kind, payload, ev.at)
+        if self.on_event is not None:
+            self.on_event(kind, payload)
 
     # ------------------------------------------------------------------ the loop
-    def run(self) -> None:
+    def run(self) -> dict[str, Any]:
+        """Search until the budget or the time limit is spent (or every agent is done, or
+        Ctrl-C), then finish: best solution, composition, summary. Returns the summary."""
+        from kernelarc.orchestration.finish import finish
+
         self._restore()
         inflight: dict[Future[Any], str] = {}
         try:
@@ -73,18 +97,25 @@ class Orchestrator:
                     self._tell(inflight.pop(fut), fut)
         except KeyboardInterrupt:
             self.interrupted = True
-            self.store.log_event("interrupted", {"used": self.used})
+            self.event("interrupted", {"used": self.used})
         finally:
             self.executor.shutdown()
-        reason = ("interrupted" if self.interrupted else "budget spent"
-                  if self._budget_left() <= 0 else "time limit" if self._time_left() <= 0
-                  else "every agent is done")
-        self.store.log_event("search_stopped", {"reason": reason, "used": self.used})
+        reason = (
+            "interrupted"
+            if self.interrupted
+            else "budget spent"
+            if self._budget_left() <= 0
+            else "time limit"
+            if self._time_left() <= 0
+            else "every agent is done"
+        )
+        self.event("search_stopped", {"reason": reason, "used": self.used})
+        return finish(self)
 
     def _idle(self, inflight: dict[Future[Any], str]) -> list[str]:
         busy = set(inflight.values())
         room = self._budget_left() - len(inflight)
-        out = []
+        out: list[str] = []
         for name in self.agents:
             cap = self.config.budget_per_agent
             if name in busy or name in self.retired or (cap and self.per_agent[name] >= cap):
@@ -108,19 +139,25 @@ class Orchestrator:
         must_draft = cfg.drafting and self.plateau.must_draft(name)
         if must_draft:
             self.plateau.reset(name)
-            self.store.log_event("draft_requested", {"agent": name})
+            self.event("draft_requested", {"agent": name})
         inc = self.board.incumbent(name)
         tags = (agent.strategy,)
         return AgentContext(
-            problem=self.problem.definition.name, definition=self.problem.definition,
-            device=self.guard.device, bounds_ms=dict(self.bounds),
+            problem=self.problem.definition.name,
+            definition=self.problem.definition,
+            device=self.guard.device,
+            bounds_ms=dict(self.bounds),
             workloads=tuple(dict(w.axes) for w in self.problem.workloads),
-            incumbent=inc, incumbent_results=self.results.get(name, {}).get("full", ()),
+            incumbent=inc,
+            incumbent_results=self.results.get(name, {}).get("full", ()),
             feedback=self.feedback.get(name, ""),
             board=self.board.snapshot() if cfg.board else None,
             conclusions=self.memory.top_k(name, agent.strategy, tags, cfg.memory_top_k)
-            if cfg.memory else (),
-            budget_left=self._budget_left(), must_draft=must_draft, round=self.used,
+            if cfg.memory
+            else (),
+            budget_left=self._budget_left(),
+            must_draft=must_draft,
+            round=self.used,
             seed=cfg.seed,
         )
 
@@ -131,14 +168,14 @@ class Orchestrator:
         except Exception as e:
             self.errors[name] += 1
             self.feedback[name] = f"your last propose() raised {type(e).__name__}: {e}"
-            self.store.log_event("propose_error", {"agent": name, "error": repr(e)[:2000]})
+            self.event("propose_error", {"agent": name, "error": repr(e)[:2000]})
             if self.errors[name] >= MAX_PROPOSE_ERRORS:
                 self.retired.add(name)
-                self.store.log_event("agent_retired", {"agent": name, "why": "errors"})
+                self.event("agent_retired", {"agent": name, "why": "errors"})
             return
         if proposal is None:
             self.retired.add(name)
-            self.store.log_event("agent_retired", {"agent": name, "why": "nothing to try"})
+            self.event("agent_retired", {"agent": name, "why": "nothing to try"})
             return
         if not isinstance(proposal, Proposal):
             raise TypeError(f"agent {name} returned {type(proposal).__name__}, not a Proposal")
@@ -147,58 +184,86 @@ class Orchestrator:
             evals = self.store.evaluations(dup.id)
             if evals:
                 cached = evals[-1].result.model_copy(update={"cached": True, "improved": False})
-                self.store.log_event("duplicate", {"agent": name, "of": dup.id})
+                self.event("duplicate", {"agent": name, "of": dup.id})
                 self._observe(name, cached, store_conclusion=False)
                 return
-        record = self.store.add_candidate(CandidateRecord(
-            id=f"c{len(self.store.candidates()) + 1:04d}-{name}",
-            content_hash=proposal.solution.content_hash(), agent=name,
-            strategy=self.agents[name].strategy, mode=proposal.mode,
-            parent_id=proposal.parent_id, hypothesis=proposal.hypothesis,
-            solution=proposal.solution))
+        record = self.store.add_candidate(
+            CandidateRecord(
+                id=f"c{len(self.store.candidates()) + 1:04d}-{name}",
+                content_hash=proposal.solution.content_hash(),
+                agent=name,
+                strategy=self.agents[name].strategy,
+                mode=proposal.mode,
+                parent_id=proposal.parent_id,
+                hypothesis=proposal.hypothesis,
+                solution=proposal.solution,
+            )
+        )
         self.dir.write_candidate(record)
         if proposal.mode == "draft":
-            self.store.log_event("draft", {"agent": name, "candidate": record.id,
-                                           "parent": proposal.parent_id})
+            self.event(
+                "draft", {"agent": name, "candidate": record.id, "parent": proposal.parent_id}
+            )
         self._judge(record)
 
     def _judge(self, record: CandidateRecord) -> None:
         name = record.agent
         screens = [r["screen"] for r in self.results.values() if "screen" in r]
-        stages = self.judge.judge(record.id, name, record.strategy, record.mode,
-                                  record.solution, screens)
-        for stage, ev, res in stages:
-            self.store.add_evaluation(EvaluationRecord(candidate_id=record.id, stage=res.stage,
-                                                       traces=ev.traces, result=res))
+        stages = self.judge.judge(
+            record.id, name, record.strategy, record.mode, record.solution, screens
+        )
+        for _stage, ev, res in stages:
+            self.store.add_evaluation(
+                EvaluationRecord(
+                    candidate_id=record.id, stage=res.stage, traces=ev.traces, result=res
+                )
+            )
             self.dir.append_traces(ev.traces)
         self.used += 1
         self.per_agent[name] = self.per_agent.get(name, 0) + 1
         final = stages[-1][2]
         old = self.results.get(name, {}).get("full")
-        improved = final.stage == "full" and final.passed and significant(
-            final.per_workload, old, self.config.min_gain)
+        improved = (
+            final.stage == "full"
+            and final.passed
+            and significant(final.per_workload, old, self.config.min_gain)
+        )
         if improved:
             self._promote(record, {s: r.per_workload for s, _, r in stages}, final)
         final = final.model_copy(update={"improved": improved})
         self.feedback[name] = "" if final.passed else _failure_text(final)
         self.plateau.record(name, improved)
-        self.store.log_event("evaluated", {"agent": name, "candidate": record.id,
-                                           "improved": improved,
-                                           "stages": summarize_stages(stages)})
+        self.event(
+            "evaluated",
+            {
+                "agent": name,
+                "candidate": record.id,
+                "improved": improved,
+                "stages": summarize_stages(stages),
+            },
+        )
         self._observe(name, final, store_conclusion=True)
 
-    def _promote(self, record: CandidateRecord, per: dict[str, tuple[WorkloadResult, ...]],
-                 final: CandidateResult) -> None:
-        view = IncumbentView(agent=record.agent, strategy=record.strategy,
-                             candidate_id=record.id, score=final.score or 0.0,
-                             latencies_ms={r.uuid: r.latency_ms or 0.0
-                                           for r in final.per_workload},
-                             solution=record.solution)
+    def _promote(
+        self,
+        record: CandidateRecord,
+        per: dict[str, tuple[WorkloadResult, ...]],
+        final: CandidateResult,
+    ) -> None:
+        view = IncumbentView(
+            agent=record.agent,
+            strategy=record.strategy,
+            candidate_id=record.id,
+            score=final.score or 0.0,
+            latencies_ms={r.uuid: r.latency_ms or 0.0 for r in final.per_workload},
+            solution=record.solution,
+        )
         self.board.update(view, owner=record.agent)
         self.store.set_incumbent(view)
         self.results[record.agent] = dict(per)
-        self.store.log_event("incumbent", {"agent": record.agent, "candidate": record.id,
-                                           "score": view.score})
+        self.event(
+            "incumbent", {"agent": record.agent, "candidate": record.id, "score": view.score}
+        )
 
     def _observe(self, name: str, result: CandidateResult, *, store_conclusion: bool) -> None:
         agent = self.agents[name]
@@ -207,37 +272,45 @@ class Orchestrator:
             if not isinstance(conclusion, Conclusion):
                 raise TypeError(f"observe() returned {type(conclusion).__name__}")
         except Exception as e:
-            self.store.log_event("observe_error", {"agent": name, "error": repr(e)[:2000]})
-            conclusion = Conclusion(agent=name, strategy=agent.strategy,
-                                    candidate_id=result.candidate_id,
-                                    claim=f"(the agent did not conclude: {type(e).__name__})",
-                                    outcome="failed" if not result.passed else "no_gain")
+            self.event("observe_error", {"agent": name, "error": repr(e)[:2000]})
+            conclusion = Conclusion(
+                agent=name,
+                strategy=agent.strategy,
+                candidate_id=result.candidate_id,
+                claim=f"(the agent did not conclude: {type(e).__name__})",
+                outcome="failed" if not result.passed else "no_gain",
+            )
         if store_conclusion:
             conclusion = self.store.add_conclusion(conclusion)
             if self.config.memory:
                 try:
                     self.memory.add(conclusion)
                 except ValueError as e:
-                    self.store.log_event("conclusion_rejected", {"agent": name, "why": str(e)})
-        self.store.save_agent_state(name, {"agent": agent.state(),
-                                           "plateau": self.plateau.state()})
+                    self.event("conclusion_rejected", {"agent": name, "why": str(e)})
+        self.store.save_agent_state(name, {"agent": agent.state()})
+        self.store.save_agent_state(ORCHESTRATOR, {"plateau": self.plateau.state()})
 
     # ------------------------------------------------------------------ resume
     def _restore(self) -> None:
         stored = self.store.open_run(self.config.model_dump(mode="json"))
         if stored.get("definition") != self.config.definition:
-            raise StoreError(f"{self.dir.path} holds a run of {stored.get('definition')!r}, "
-                             f"not {self.config.definition!r}: use another --run-dir")
-        if self.config.memory_file and Path(self.config.memory_file).exists():
-            self.memory.merge(ConclusionMemory.load(Path(self.config.memory_file)))
+            raise StoreError(
+                f"{self.dir.path} holds a run of {stored.get('definition')!r}, "
+                f"not {self.config.definition!r}: use another --run-dir"
+            )
+        self.dir.write_config(stored)
+        self.event("run_config", stored)
+        if self.config.memory and self.config.memory_file:
+            path = Path(self.config.memory_file)
+            if path.exists():
+                n = self.memory.load(path)
+                self.event("memory_loaded", {"file": str(path), "conclusions": n})
         states = self.store.agent_states()
         for name, agent in self.agents.items():
             if name in states:
                 agent.restore(dict(states[name].get("agent") or {}))
-        plateau = [s.get("plateau") for s in states.values() if s.get("plateau")]
-        if plateau:
-            self.plateau.restore(max(plateau, key=lambda p: sum(p.get("counts", {}).values())
-                                     if isinstance(p, dict) else 0))
+        if states.get(ORCHESTRATOR, {}).get("plateau"):
+            self.plateau.restore(dict(states[ORCHESTRATOR]["plateau"]))
         for view in self.store.incumbents().values():
             if view.agent in self.agents:
                 self.board.update(view, owner=view.agent)
@@ -256,8 +329,7 @@ class Orchestrator:
             if inc is not None and inc.candidate_id == rec.id:
                 self.results[rec.agent] = {e.stage: e.result.per_workload for e in evals}
         if self.used or pending:
-            self.store.log_event("resumed", {"used": self.used,
-                                             "redo": [r.id for r in pending]})
+            self.event("resumed", {"used": self.used, "redo": [r.id for r in pending]})
         for rec in pending:  # in flight when the run died: judged again, nothing else lost
             if rec.agent in self.agents and self._budget_left() > 0:
                 self._judge(rec)

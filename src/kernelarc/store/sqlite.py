@@ -16,7 +16,8 @@ Records are stored as ``model_dump_json`` text and read with ``model_validate_js
 as their JSON text (the encoding helpers are in ``kernelarc.store.memory``).
 
 Not covered: migrations between schema versions, several writers, network file systems
-(WAL needs shared memory on one host).
+(WAL needs shared memory on one host). A child the writer forks without exec inherits the
+lock's descriptor and holds the lock until it exits (``subprocess`` children do not).
 """
 
 from __future__ import annotations
@@ -251,7 +252,11 @@ class SQLiteStore(Store):
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            yield self._connection()
+            conn = self._connection()
+            try:
+                yield conn
+            except sqlite3.Error as e:
+                raise StoreError(f"{self.path}: reading the store failed ({e})") from e
 
     @staticmethod
     def _next_seq(conn: sqlite3.Connection, table: str) -> int:

@@ -1,0 +1,18 @@
+"""``kernelarc agents``: the built-in agents, one line each."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def agents_command() -> None:
+    """List the agents `kernelarc optimize --agents` accepts."""
+    from kernelarc.proposers.registry import describe
+
+    table = Table(show_header=True)
+    table.add_column("agent")
+    table.add_column("what it does")
+    for name, text in describe():
+        table.add_row(name, text)
+    Console().print(table)

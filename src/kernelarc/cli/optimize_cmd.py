@@ -1,0 +1,290 @@
+"""``kernelarc optimize`` (run a search) and ``kernelarc status`` (report on a run)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kernelarc.errors import KernelArcError
+
+_SHOWN = {
+    "evaluated",
+    "incumbent",
+    "draft",
+    "draft_requested",
+    "duplicate",
+    "composition",
+    "composition_skipped",
+    "best",
+    "agent_retired",
+    "propose_error",
+    "resumed",
+    "search_stopped",
+    "no_solution",
+}
+
+
+def optimize_command(
+    problem_dir: Annotated[Path, typer.Argument(help="problem directory")],
+    agents: Annotated[
+        str, typer.Option(help="comma-separated agent names (see `kernelarc agents`)")
+    ] = "reference,compiler",
+    budget: Annotated[int, typer.Option(help="candidates judged in all")] = 16,
+    budget_per_agent: Annotated[int | None, typer.Option(help="cap per agent")] = None,
+    time_limit: Annotated[float | None, typer.Option(help="seconds for the search")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda[:N]")] = "auto",
+    seed: Annotated[int, typer.Option(help="base seed")] = 200,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="run directory (default: runs/<problem>-<time>)")
+    ] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="continue the run in --run-dir")] = False,
+    no_memory: Annotated[
+        bool, typer.Option("--no-memory", help="ablation: no shared conclusions")
+    ] = False,
+    no_board: Annotated[
+        bool, typer.Option("--no-board", help="ablation: agents do not see each other's incumbents")
+    ] = False,
+    no_drafting: Annotated[
+        bool, typer.Option("--no-drafting", help="ablation: no plateau-triggered drafts")
+    ] = False,
+    independent: Annotated[
+        bool, typer.Option("--independent", help="best-of-N: no sharing of any kind")
+    ] = False,
+    patience: Annotated[int, typer.Option(help="evaluations without gain before a draft")] = 3,
+    memory: Annotated[
+        Path | None,
+        typer.Option("--memory", help="cross-run memory file (read at start, written at the end)"),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="guard seconds per workload")] = 300.0,
+    full_iterations: Annotated[int, typer.Option(help="timed calls, full protocol")] = 50,
+    full_warmup: Annotated[int, typer.Option(help="warm-up calls, full protocol")] = 10,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="print the final status as JSON")
+    ] = False,
+) -> None:
+    """Search for a faster, verified solution of PROBLEM_DIR with several agents under a
+    fixed candidate budget. Writes the run directory (store, traces, best/solution.json)."""
+    err = Console(stderr=True, soft_wrap=True)
+    try:
+        summary = _optimize(
+            problem_dir,
+            agents,
+            budget,
+            budget_per_agent,
+            time_limit,
+            device,
+            seed,
+            run_dir,
+            resume,
+            no_memory,
+            no_board,
+            no_drafting,
+            independent,
+            patience,
+            memory,
+            timeout,
+            full_iterations,
+            full_warmup,
+            err,
+        )
+    except KernelArcError as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        raise typer.Exit(2) from None
+    if json_out:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        _print_status(summary, Console())
+    raise typer.Exit(0 if summary.get("best") else 1)
+
+
+def _optimize(
+    problem_dir: Path,
+    agent_names: str,
+    budget: int,
+    budget_per_agent: int | None,
+    time_limit: float | None,
+    device: str,
+    seed: int,
+    run_dir: Path | None,
+    resume: bool,
+    no_memory: bool,
+    no_board: bool,
+    no_drafting: bool,
+    independent: bool,
+    patience: int,
+    memory: Path | None,
+    timeout: float,
+    full_iterations: int,
+    full_warmup: int,
+    err: Console,
+) -> dict[str, Any]:
+    from pydantic import ValidationError
+
+    from kernelarc.guard.evaluator import Guard, GuardConfig
+    from kernelarc.orchestration.config import RunConfig, StageConfig
+    from kernelarc.orchestration.orchestrator import Orchestrator
+    from kernelarc.orchestration.rundir import RunDir
+    from kernelarc.problem.loader import load_problem
+    from kernelarc.proposers.registry import make_agents
+    from kernelarc.roofline.bounds import workload_bounds
+    from kernelarc.store.base import StoreError
+    from kernelarc.store.sqlite import SQLiteStore
+
+    problem = load_problem(problem_dir)
+    if run_dir is None:
+        if resume:
+            raise KernelArcError("--resume needs --run-dir DIR (the run to continue)")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = Path("runs") / f"{problem.definition.name}-{stamp}"
+    store_path = run_dir / "store.sqlite"
+    if store_path.exists() and not resume:
+        raise KernelArcError(
+            f"{run_dir} already holds a run: add --resume to continue it, "
+            "or choose another --run-dir"
+        )
+    if resume and not store_path.exists():
+        raise KernelArcError(f"--resume: {run_dir} holds no run (no store.sqlite)")
+    try:
+        config = RunConfig(
+            problem=str(problem_dir),
+            definition=problem.definition.name,
+            agents=[a.strip() for a in agent_names.split(",") if a.strip()],
+            budget=budget,
+            budget_per_agent=budget_per_agent,
+            time_limit_s=time_limit,
+            device=device,
+            seed=seed,
+            timeout_s=timeout,
+            memory=not no_memory,
+            board=not no_board,
+            drafting=not no_drafting,
+            independent=independent,
+            patience=patience,
+            memory_file=str(memory) if memory else None,
+            full=StageConfig(rounds=10, warmup=full_warmup, iterations=full_iterations),
+        )
+    except ValidationError as e:
+        raise KernelArcError(f"bad options: {e}") from None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        store = SQLiteStore(store_path)
+    except StoreError as e:
+        raise KernelArcError(str(e)) from None
+    try:
+        if resume:  # a resumed run keeps its own configuration
+            config = RunConfig.model_validate(store.open_run(config.model_dump(mode="json")))
+            err.print(
+                f"resuming {run_dir} (budget {config.budget}, agents {','.join(config.agents)})"
+            )
+        agents = make_agents(config.agents)
+        gcfg = GuardConfig(device=config.device, timeout=config.timeout_s, seed=config.seed)
+        with Guard(problem, gcfg) as guard:
+            bounds, warnings = workload_bounds(problem.definition, problem.workloads, guard.device)
+            for w in warnings[:5]:
+                err.print(f"[yellow]{escape(w)}[/]")
+            err.print(
+                f"optimizing {problem.definition.name} on {guard.device} with "
+                f"{', '.join(a.name for a in agents)}; budget {config.budget}; run dir "
+                f"{run_dir}"
+            )
+            orch = Orchestrator(
+                problem,
+                agents,
+                config,
+                RunDir(run_dir),
+                store,
+                guard,
+                bounds,
+                on_event=lambda k, p: _progress(k, p, err),
+            )
+            return orch.run()
+    finally:
+        store.close()
+
+
+def _progress(kind: str, payload: dict[str, Any], err: Console) -> None:
+    if kind not in _SHOWN:
+        return
+    if kind == "evaluated":
+        stages = payload.get("stages", {})
+        last = stages.get("full") or stages.get("screen") or {}
+        score = last.get("score")
+        text = (
+            f"{payload.get('candidate')}: {'full' if 'full' in stages else 'screen'} "
+            f"{'passed' if last.get('passed') else 'failed'}"
+            + (f", {score:.2f}× over eager" if score else "")
+            + (" [new incumbent]" if payload.get("improved") else "")
+            + (f" ({last.get('stopped')})" if last.get("stopped") else "")
+        )
+        err.print(escape(text))
+    else:
+        err.print(escape(f"{kind}: {json.dumps(payload, default=str)[:300]}"), style="dim")
+
+
+def _print_status(summary: dict[str, Any], console: Console) -> None:
+    table = Table(title=f"run: {summary.get('problem')}")
+    for col in ("agent", "strategy", "candidates", "conclusions", "incumbent", "score"):
+        table.add_column(col)
+    for a in summary.get("agents", []):
+        inc = a.get("incumbent") or {}
+        table.add_row(
+            a["name"],
+            str(a.get("strategy") or "-"),
+            str(a["candidates"]),
+            str(a["conclusions"]),
+            str(inc.get("candidate_id") or "-"),
+            f"{inc['score']:.2f}×" if inc.get("score") else "-",
+        )
+    console.print(table)
+    console.print(
+        f"budget {summary.get('budget')}, evaluated {summary.get('evaluated')}, "
+        f"passed {summary.get('passed')}, conclusions {summary.get('conclusions')}, "
+        f"stopped: {summary.get('stopped')}"
+    )
+    best = summary.get("best")
+    if best:
+        sp = best.get("speedup")
+        console.print(
+            f"best: {escape(str(best['path']))} ({best.get('candidate_id')}, "
+            f"{'all workloads passed' if best.get('all_passed') else 'NOT all passed'}"
+            + (f", {sp:.2f}× over the eager reference" if sp else "")
+            + ")"
+        )
+    else:
+        console.print("[red]no solution passed the full protocol[/]")
+
+
+def status_command(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory of `kernelarc optimize`")],
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+) -> None:
+    """Budget, agents, incumbents, conclusions and the best solution of a run."""
+    from kernelarc.orchestration.finish import run_status
+    from kernelarc.store.base import StoreError
+    from kernelarc.store.sqlite import SQLiteStore
+
+    err = Console(stderr=True, soft_wrap=True)
+    path = run_dir / "store.sqlite"
+    if not path.exists():
+        err.print(f"[red]error:[/] {escape(str(run_dir))} is not a run directory (no store.sqlite)")
+        raise typer.Exit(2)
+    try:
+        store = SQLiteStore(path, readonly=True)
+    except StoreError as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        raise typer.Exit(2) from None
+    try:
+        summary = run_status(store, run_dir)
+    finally:
+        store.close()
+    if json_out:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        _print_status(summary, Console())

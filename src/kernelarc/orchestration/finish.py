@@ -1,0 +1,182 @@
+"""The end of a run: pick the best fully validated candidate, try a shape-gated composition
+of the per-workload winners (kept only if the guard finds it significantly better on every
+workload), write ``best/`` and the summary. Also ``run_status``: what ``kernelarc status``
+reports, computed from the store alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kernelarc.orchestration.judge import results_of, score_of, significant
+from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store
+
+if TYPE_CHECKING:
+    from kernelarc.orchestration.orchestrator import Orchestrator
+
+COMPOSER = "composer"
+
+
+def _full_passes(store: Store) -> list[tuple[CandidateRecord, EvaluationRecord]]:
+    out = []
+    for rec in store.candidates():
+        for ev in store.evaluations(rec.id):
+            if ev.stage == "full" and ev.result.passed and ev.result.score:
+                out.append((rec, ev))
+    return out
+
+
+def finish(orch: Orchestrator) -> dict[str, Any]:
+    store, cfg = orch.store, orch.config
+    passes = _full_passes(store)
+    if not passes:
+        orch.event("no_solution", {"why": "no candidate passed the full protocol"})
+        return run_status(store, orch.dir.path)
+    best_rec, best_ev = max(passes, key=lambda p: (p[1].result.score or 0.0, -p[0].seq))
+    chosen = (best_rec, best_ev)
+    if cfg.compose and len(passes) >= 2:
+        composed = _compose(orch, passes, best_rec, best_ev)
+        if composed is not None:
+            chosen = composed
+    rec, ev = chosen
+    path = orch.dir.write_best(rec.solution, ev.traces)
+    orch.event("best", {"candidate": rec.id, "score": ev.result.score, "path": str(path)})
+    if cfg.memory and cfg.memory_file:
+        orch.memory.save(Path(cfg.memory_file))
+    summary = run_status(store, orch.dir.path)
+    orch.dir.write_summary(summary)
+    return summary
+
+
+def _compose(
+    orch: Orchestrator,
+    passes: list[tuple[CandidateRecord, EvaluationRecord]],
+    best_rec: CandidateRecord,
+    best_ev: EvaluationRecord,
+) -> tuple[CandidateRecord, EvaluationRecord] | None:
+    from kernelarc.orchestration.compose import CompositionError, compose
+    from kernelarc.store.base import CandidateRecord as Rec
+
+    winners: dict[str, tuple[float, CandidateRecord]] = {}
+    for rec, ev in passes:
+        for r in ev.result.per_workload:
+            if r.latency_ms and (r.uuid not in winners or r.latency_ms < winners[r.uuid][0]):
+                winners[r.uuid] = (r.latency_ms, rec)
+    if len({rec.id for _, rec in winners.values()}) < 2:
+        return None
+    try:
+        solution = compose(
+            orch.problem.definition,
+            orch.problem.workloads,
+            {u: rec.solution for u, (_, rec) in winners.items()},
+            default=best_rec.solution,
+        )
+    except CompositionError as e:
+        orch.event("composition_skipped", {"why": str(e)})
+        return None
+    full = orch.config.full
+    res = orch.guard.evaluate(
+        solution, rounds=full.rounds, warmup=full.warmup, iterations=full.iterations
+    )
+    per = results_of(res.outcomes, orch.bounds)
+    record = orch.store.add_candidate(
+        Rec(
+            id=f"c{len(orch.store.candidates()) + 1:04d}-{COMPOSER}",
+            content_hash=solution.content_hash(),
+            agent=COMPOSER,
+            strategy="composition",
+            mode="draft",
+            parent_id=best_rec.id,
+            hypothesis="shape-gated composition of the per-workload winners",
+            solution=solution,
+        )
+    )
+    orch.dir.write_candidate(record)
+    from kernelarc.agents.types import CandidateResult
+
+    result = CandidateResult(
+        candidate_id=record.id,
+        agent=COMPOSER,
+        strategy="composition",
+        mode="draft",
+        stage="full",
+        per_workload=per,
+        passed=all(r.status == "PASSED" for r in per) and bool(per),
+        score=score_of(per),
+    )
+    ev = orch.store.add_evaluation(
+        EvaluationRecord(candidate_id=record.id, stage="full", traces=res.traces, result=result)
+    )
+    orch.dir.append_traces(res.traces)
+    better = result.passed and significant(per, best_ev.result.per_workload, orch.config.min_gain)
+    orch.event(
+        "composition",
+        {
+            "candidate": record.id,
+            "passed": result.passed,
+            "score": result.score,
+            "kept": better,
+            "parts": sorted({rec.id for _, rec in winners.values()}),
+        },
+    )
+    return (record, ev) if better else None
+
+
+def run_status(store: Store, run_dir: Path) -> dict[str, Any]:
+    """The run's state for scripts (names are a contract: see ``kernelarc status``)."""
+    config = _config(store)
+    cands = store.candidates()
+    evals = store.evaluations()
+    conclusions = store.conclusions()
+    incumbents = store.incumbents()
+    judged = {e.candidate_id for e in evals}
+    passed = {e.candidate_id for e in evals if e.stage == "full" and e.result.passed}
+    agents = []
+    for name in config.get("agents", []):
+        inc = incumbents.get(name)
+        agents.append(
+            {
+                "name": name,
+                "strategy": next((c.strategy for c in cands if c.agent == name), None),
+                "candidates": sum(1 for c in cands if c.agent == name),
+                "conclusions": sum(1 for c in conclusions if c.agent == name),
+                "incumbent": None
+                if inc is None
+                else {"candidate_id": inc.candidate_id, "score": inc.score},
+            }
+        )
+    best_path = run_dir / "best" / "solution.json"
+    best: dict[str, Any] | None = None
+    events = store.events("best")
+    if best_path.exists() and events:
+        last = events[-1].payload
+        ev = [e for e in store.evaluations(str(last.get("candidate"))) if e.stage == "full"]
+        best = {
+            "path": str(best_path),
+            "candidate_id": last.get("candidate"),
+            "all_passed": bool(ev and ev[-1].result.passed),
+            "speedup": ev[-1].result.score if ev else None,
+        }
+    return {
+        "problem": config.get("definition"),
+        "budget": config.get("budget"),
+        "evaluated": len(judged),
+        "passed": len(passed),
+        "agents": agents,
+        "conclusions": len(conclusions),
+        "candidate_ids": [c.id for c in cands],
+        "best": best,
+        "stopped": (
+            store.events("search_stopped")[-1].payload.get("reason")
+            if store.events("search_stopped")
+            else None
+        ),
+    }
+
+
+def _config(store: Store) -> dict[str, Any]:
+    events = store.events("run_config")
+    if events:
+        return dict(events[-1].payload)
+    return {}

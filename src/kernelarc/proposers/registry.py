@@ -1,0 +1,45 @@
+"""The built-in agents by name: what ``--agents reference,compiler`` resolves to.
+
+Covered: the model-free built-ins of :mod:`kernelarc.proposers.builtin`. Not covered:
+LLM-backed agents and the test-only :class:`~kernelarc.proposers.scripted.ScriptedAgent`
+(construct those directly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from kernelarc.agents.base import Agent
+from kernelarc.errors import KernelArcError
+from kernelarc.proposers.builtin import CompilerAgent, ReferenceAgent
+
+_BUILTINS: tuple[type[ReferenceAgent] | type[CompilerAgent], ...] = (ReferenceAgent, CompilerAgent)
+
+
+def available_agents() -> dict[str, Callable[[], Agent]]:
+    """Name -> factory of a fresh agent, for every built-in agent (a new dict each call)."""
+    return {cls.name: cls for cls in _BUILTINS}
+
+
+def make_agents(names: Sequence[str]) -> list[Agent]:
+    """Fresh agents for ``names``, in that order. An unknown or repeated name is a
+    :class:`KernelArcError` listing the available names."""
+    factories = available_agents()
+    unknown = [n for n in names if n not in factories]
+    if unknown:
+        raise KernelArcError(
+            f"unknown agent name(s): {', '.join(repr(n) for n in unknown)}; "
+            f"available agents: {', '.join(sorted(factories))}"
+        )
+    repeated = sorted({n for n in names if list(names).count(n) > 1})
+    if repeated:
+        raise KernelArcError(f"agent name(s) given twice: {', '.join(repeated)}; give each once")
+    return [factories[n]() for n in names]
+
+
+def describe() -> list[tuple[str, str]]:
+    """(name, one-line description) of every built-in agent, in registry order."""
+    return [(cls.name, cls.description) for cls in _BUILTINS]
+
+
+__all__ = ["available_agents", "describe", "make_agents"]

@@ -1,0 +1,420 @@
+"""The built-in proposers (reference, compiler), the scripted test agent and the registry.
+
+Covered: proposals validate as ``Solution`` and build with the real builder; the reference
+agent's candidate passes the real guard on the CPU (bundled ``rmsnorm_h512`` example, two
+small workloads); a ``torch.compile`` candidate passes the real guard (no false alarm from
+Inductor's own subprocesses, environment keys or caches); conclusions from real and constructed verdicts (claim, effect by
+workload class, outcome); drafting; state round trips through JSON; the scripted agent's
+recording; the registry's names and errors.
+
+Not covered: CUDA (``reduce-overhead`` is only proposed, never run here), the orchestrator.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelarc.agents.types import (
+    AgentContext,
+    BoardSnapshot,
+    CandidateResult,
+    IncumbentView,
+    Proposal,
+    WorkloadResult,
+)
+from kernelarc.errors import KernelArcError
+from kernelarc.examples import example_dir
+from kernelarc.guard.build import choose_builder, load_entry
+from kernelarc.guard.evaluator import EvalResult, Guard, GuardConfig
+from kernelarc.problem.loader import Problem, load_problem
+from kernelarc.problem.schema import Solution
+from kernelarc.proposers.builtin import (
+    COMPILE_VARIANTS,
+    CompilerAgent,
+    ReferenceAgent,
+    compiled_source,
+)
+from kernelarc.proposers.registry import available_agents, describe, make_agents
+from kernelarc.proposers.scripted import ScriptedAgent
+
+@pytest.fixture(scope="module")
+def problem() -> Problem:
+    return load_problem(example_dir("rmsnorm_h512"))
+
+
+def _context(problem: Problem, **kw: object) -> AgentContext:
+    base: dict[str, object] = {
+        "problem": problem.definition.name,
+        "definition": problem.definition,
+        "device": "cpu",
+        "workloads": tuple(dict(w.axes) for w in problem.workloads),
+        "budget_left": 10,
+    }
+    base.update(kw)
+    return AgentContext.model_validate(base)
+
+
+def _result(ev: EvalResult, agent: str, candidate_id: str = "c1") -> CandidateResult:
+    """The guard's verdict as agents see it (what the orchestrator's judge hands them)."""
+    per = tuple(
+        WorkloadResult(
+            uuid=o.workload.uuid,
+            axes=dict(o.workload.axes),
+            status=o.status.value,
+            check=o.check,
+            latency_ms=o.latency_ms,
+            reference_ms=o.reference_ms,
+            log=o.log[:2000],
+        )
+        for o in ev.outcomes
+    )
+    passed = bool(per) and all(r.status == "PASSED" for r in per)
+    speedups = [r.speedup for r in per if r.speedup]
+    score = math.exp(sum(map(math.log, speedups)) / len(speedups)) if passed else None
+    return CandidateResult(
+        candidate_id=candidate_id,
+        agent=agent,
+        strategy=agent,
+        mode="refine",
+        stage="full",
+        per_workload=per,
+        passed=passed,
+        score=score,
+    )
+
+
+def _wr(uuid: str, batch: int, latency: float | None, ref: float, status: str = "PASSED"):
+    return WorkloadResult(
+        uuid=uuid, axes={"batch_size": batch}, status=status, latency_ms=latency, reference_ms=ref
+    )
+
+
+def _all_proposals(agent, problem: Problem, device: str = "cpu") -> list[Proposal]:
+    out = []
+    while (p := agent.propose(_context(problem, device=device))) is not None:
+        out.append(p)
+        assert len(out) <= len(COMPILE_VARIANTS) + 1, "the agent never stops proposing"
+    return out
+
+
+# ------------------------------------------------------------------------------ proposals
+
+
+def test_proposals_validate_and_build(problem: Problem, tmp_path: Path) -> None:
+    proposals = _all_proposals(ReferenceAgent(), problem) + _all_proposals(CompilerAgent(), problem)
+    assert len(proposals) == 1 + sum(not v.cuda_only for v in COMPILE_VARIANTS)
+    names = [p.solution.name for p in proposals]
+    assert len(set(names)) == len(names), names
+    for p in proposals:
+        sol = Solution.model_validate(p.solution.model_dump(mode="json"))
+        assert sol.definition == problem.definition.name
+        assert sol.author in ("kernelarc:reference", "kernelarc:compiler")
+        assert [lang.value for lang in sol.spec.languages] == ["pytorch"]
+        assert sol.spec.destination_passing_style is False
+        art = choose_builder(sol).build(
+            sol, work_dir=tmp_path / "work", cache_dir=tmp_path / "cache", timeout=60
+        )
+        assert art.module_path.is_file() and art.symbol == sol.spec.entry_symbol
+    reference = proposals[0].solution
+    assert reference.sources[0].content == problem.definition.reference
+    assert reference.spec.entry_point == "solution.py::run"
+    assert all(p.solution.spec.entry_point == "solution.py::kernelarc_entry" for p in proposals[1:])
+
+
+def test_cuda_device_adds_reduce_overhead(problem: Problem) -> None:
+    cpu = {p.tags[1] for p in _all_proposals(CompilerAgent(), problem, "cpu")}
+    cuda = {p.tags[1] for p in _all_proposals(CompilerAgent(), problem, "cuda:0")}
+    assert "reduce-overhead" not in cpu and cuda - cpu == {"reduce-overhead"}
+
+
+def test_compiled_candidate_matches_reference_in_process(
+    problem: Problem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The generated module imports and computes what the reference computes. (Inductor
+    writes its cache location into the environment: kept to this test.)"""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.delenv("_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", raising=False)
+    sol = CompilerAgent().propose(_context(problem))
+    assert sol is not None
+    art = choose_builder(sol.solution).build(
+        sol.solution, work_dir=tmp_path / "w", cache_dir=tmp_path / "c", timeout=60
+    )
+    entry = load_entry(art)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 512, generator=gen).to(torch.bfloat16)
+    w = torch.randn(512, generator=gen).to(torch.bfloat16)
+    namespace: dict[str, object] = {}
+    exec(compile(problem.definition.reference, "reference", "exec"), namespace)
+    want = namespace["run"](x, w)  # type: ignore[operator]
+    got = entry(x, w)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
+
+
+# ------------------------------------------------------------------------------ real guard
+
+
+@pytest.fixture(scope="module")
+def guard(problem: Problem, tmp_path_factory: pytest.TempPathFactory):
+    config = GuardConfig(
+        device="cpu",
+        warmup=1,
+        iterations=3,
+        timeout=300,
+        cache_dir=tmp_path_factory.mktemp("guard-cache"),
+    )
+    with Guard(problem, config) as g:
+        yield g
+
+
+def _small(problem: Problem):
+    return [w for w in problem.workloads if w.axes["batch_size"] <= 3][:2]
+
+
+def test_reference_candidate_passes_the_guard(problem: Problem, guard: Guard) -> None:
+    agent = ReferenceAgent()
+    proposal = agent.propose(_context(problem))
+    assert proposal is not None
+    assert agent.propose(_context(problem)) is None, "the reference is proposed only once"
+    ev = guard.evaluate(proposal.solution, _small(problem))
+    statuses = [(o.status.value, o.check, o.log[:300]) for o in ev.outcomes]
+    assert len(statuses) == 2 and all(s[0] == "PASSED" for s in statuses), statuses
+    result = _result(ev, agent.name)
+    conclusion = agent.observe(result)
+    assert conclusion.outcome == "no_gain"
+    assert "baseline" in conclusion.claim and f"{result.score:.2f}x" in conclusion.claim
+    assert set(conclusion.effect) <= {"small: batch_size<=16", "large: batch_size>16"}
+
+
+@pytest.fixture(scope="module")
+def compiled_verdict(problem: Problem, guard: Guard) -> tuple[CompilerAgent, EvalResult]:
+    agent = CompilerAgent()
+    proposal = agent.propose(_context(problem))
+    assert proposal is not None and proposal.tags == ("compiler", "default")
+    return agent, guard.evaluate(proposal.solution, _small(problem))
+
+
+def test_compiled_candidate_passes_the_guard(compiled_verdict) -> None:
+    _, ev = compiled_verdict
+    statuses = [(o.status.value, o.check, o.log[:300]) for o in ev.outcomes]
+    assert all(s[0] == "PASSED" for s in statuses), statuses
+
+
+def test_compiler_concludes_from_the_real_verdict(compiled_verdict) -> None:
+    agent, ev = compiled_verdict
+    result = _result(ev, agent.name)
+    conclusion = agent.observe(result)
+    assert conclusion.tags == ("compiler", "default")
+    assert conclusion.claim.startswith("torch.compile default settings:")
+    assert "_compiled" not in conclusion.claim and "def " not in conclusion.claim
+    if result.passed:
+        assert conclusion.outcome in ("no_gain", "regressed") and "over eager" in conclusion.claim
+    else:
+        first = next(o for o in ev.outcomes if o.status.value != "PASSED")
+        assert conclusion.outcome == "failed" and first.status.value in conclusion.claim
+
+
+# ------------------------------------------------------------------------------ conclusions
+
+
+def _compiler_after_one_proposal(problem: Problem, **ctx: object) -> CompilerAgent:
+    agent = CompilerAgent()
+    assert agent.propose(_context(problem, **ctx)) is not None
+    return agent
+
+
+def _synthetic(per, *, improved: bool = False) -> CandidateResult:
+    passed = all(r.status == "PASSED" for r in per)
+    speedups = [r.speedup for r in per if r.speedup]
+    score = math.exp(sum(map(math.log, speedups)) / len(speedups)) if passed else None
+    return CandidateResult(
+        candidate_id="c7",
+        agent="compiler",
+        strategy="compiler",
+        mode="refine",
+        stage="full",
+        per_workload=tuple(per),
+        passed=passed,
+        score=score,
+        improved=improved,
+    )
+
+
+def test_compiler_conclusion_effect_by_class(problem: Problem) -> None:
+    agent = _compiler_after_one_proposal(problem)
+    per = [_wr("a", 1, 1.0, 1.0), _wr("b", 16, 1.0, 2.0), _wr("c", 128, 1.0, 4.0)]
+    conclusion = agent.observe(_synthetic(per, improved=True))
+    # median_low of batch sizes 1, 3, 16, 64, 128, 257 is 16.
+    assert conclusion.effect == {
+        "large: batch_size>16": pytest.approx(4.0, rel=1e-3),
+        "small: batch_size<=16": pytest.approx(math.sqrt(2.0), rel=1e-3),
+    }
+    assert conclusion.outcome == "improved" and len(conclusion.claim) <= 300
+    assert "2.00x over eager on 3/3 workloads" in conclusion.claim
+    assert "best on large: batch_size>16" in conclusion.claim
+
+
+def test_compiler_outcomes(problem: Problem) -> None:
+    slow = [_wr("a", 1, 2.0, 1.0), _wr("b", 128, 2.0, 1.0)]
+    assert _compiler_after_one_proposal(problem).observe(_synthetic(slow)).outcome == "regressed"
+    even = [_wr("a", 1, 1.0, 1.0), _wr("b", 128, 1.0, 1.0)]
+    assert _compiler_after_one_proposal(problem).observe(_synthetic(even)).outcome == "no_gain"
+    bad = [_wr("a", 1, None, 1.0, status="RUNTIME_ERROR"), _wr("b", 128, 1.0, 1.0)]
+    c = _compiler_after_one_proposal(problem).observe(_synthetic(bad))
+    assert c.outcome == "failed" and "failed on 1/2 workloads (RUNTIME_ERROR)" in c.claim
+    assert c.effect == {"large: batch_size>16": 1.0}
+
+
+def test_effect_is_relative_to_own_incumbent(problem: Problem) -> None:
+    ref = ReferenceAgent().propose(_context(problem))
+    assert ref is not None
+    mine = IncumbentView(
+        agent="compiler",
+        strategy="compiler",
+        candidate_id="c3",
+        score=1.0,
+        latencies_ms={"a": 2.0, "b": 2.0},
+        solution=ref.solution,
+    )
+    agent = CompilerAgent()
+    proposal = agent.propose(_context(problem, incumbent=mine))
+    assert proposal is not None and proposal.parent_id == "c3" and proposal.mode == "refine"
+    per = [_wr("a", 1, 1.0, 1.0), _wr("b", 128, 1.0, 1.0)]
+    conclusion = agent.observe(_synthetic(per))
+    assert conclusion.effect == {"large: batch_size>16": 2.0, "small: batch_size<=16": 2.0}
+    assert "2.00x vs own previous best" in conclusion.claim
+
+
+# ------------------------------------------------------------------------------ drafting
+
+
+def test_must_draft_switches_family_and_links_to_the_board(problem: Problem) -> None:
+    ref = ReferenceAgent().propose(_context(problem))
+    assert ref is not None
+
+    def view(agent: str, cid: str, score: float) -> IncumbentView:
+        return IncumbentView(
+            agent=agent,
+            strategy=agent,
+            candidate_id=cid,
+            score=score,
+            latencies_ms={},
+            solution=ref.solution,
+        )
+
+    board = BoardSnapshot(
+        incumbents=(view("compiler", "c9", 9.0), view("llm", "c2", 1.5), view("x", "c4", 1.2))
+    )
+    agent = CompilerAgent()
+    first = agent.propose(_context(problem, board=board))
+    assert first is not None and first.tags == ("compiler", "default") and first.mode == "refine"
+    draft = agent.propose(_context(problem, board=board, must_draft=True))
+    assert draft is not None and draft.mode == "draft"
+    assert draft.tags == ("compiler", "coordinate-descent")
+    assert draft.parent_id == "c2", "the best incumbent of *another* agent"
+    assert "coordinate_descent_tuning" in draft.solution.sources[0].content
+    # Refining resumes after the drafted configuration; a second draft switches back.
+    assert agent.propose(_context(problem)).tags == ("compiler", "epilogue-fusion")
+    again = agent.propose(_context(problem, must_draft=True))
+    assert again is not None and again.tags == ("compiler", "static") and again.parent_id is None
+    rest = [p.tags[1] for p in _all_proposals(agent, problem)]
+    assert rest == ["max-autotune-no-cudagraphs"]
+
+
+def test_compiled_source_text(problem: Problem) -> None:
+    variant = next(v for v in COMPILE_VARIANTS if v.name == "epilogue-fusion")
+    src = compiled_source(problem.definition.reference, variant)
+    assert src.startswith(problem.definition.reference.rstrip())
+    assert (
+        "_compiled = torch.compile(run, options={'epilogue_fusion': True, 'max_autotune': False})"
+        in src
+    )
+    assert "def kernelarc_entry(*args):\n    return _compiled(*args)\n" in src
+
+
+# ------------------------------------------------------------------------------ state
+
+
+def test_compiler_state_round_trip(problem: Problem) -> None:
+    agent = CompilerAgent()
+    agent.propose(_context(problem))
+    agent.propose(_context(problem, must_draft=True))
+    saved = json.loads(json.dumps(agent.state()))
+    twin = CompilerAgent()
+    twin.restore(saved)
+    assert twin.state() == agent.state()
+    a, b = agent.propose(_context(problem)), twin.propose(_context(problem))
+    assert a is not None and b is not None and a.solution == b.solution
+    with pytest.raises(ValueError, match="unknown configuration"):
+        CompilerAgent().restore({"tried": ["no-such-config"]})
+
+
+def test_reference_state_round_trip(problem: Problem) -> None:
+    agent = ReferenceAgent()
+    agent.propose(_context(problem))
+    twin = ReferenceAgent()
+    twin.restore(json.loads(json.dumps(agent.state())))
+    assert twin.propose(_context(problem)) is None
+    with pytest.raises(ValueError, match="proposed"):
+        twin.restore({"proposed": "yes"})
+
+
+# ------------------------------------------------------------------------------ scripted
+
+
+def test_scripted_agent_records_and_replays(problem: Problem) -> None:
+    ref = ReferenceAgent().propose(_context(problem))
+    assert ref is not None
+
+    def custom(ctx: AgentContext) -> Proposal:
+        return Proposal(solution=ref.solution, hypothesis=f"round {ctx.round}", mode="draft")
+
+    agent = ScriptedAgent([ref.solution, custom, None, ref.solution], name="fake")
+    contexts = [_context(problem, round=i, must_draft=(i == 0)) for i in range(4)]
+    p0 = agent.propose(contexts[0])
+    assert p0 is not None and p0.mode == "draft" and p0.solution == ref.solution
+    c0 = agent.observe(_synthetic([_wr("a", 1, 1.0, 2.0)]))
+    assert c0.claim == "scripted step 0: passed=True score=2.000" and c0.agent == "fake"
+    saved = json.loads(json.dumps(agent.state()))
+    p1 = agent.propose(contexts[1])
+    assert p1 is not None and p1.hypothesis == "round 1"
+    c1 = agent.observe(_synthetic([_wr("a", 1, None, 2.0, status="TIMEOUT")]))
+    assert c1.claim == "scripted step 1: passed=False score=None" and c1.outcome == "failed"
+    assert agent.propose(contexts[2]) is None and agent.propose(contexts[3]) is None
+    assert agent.contexts == contexts and [r.candidate_id for r in agent.results] == ["c7"] * 2
+
+    twin = ScriptedAgent([ref.solution, custom, None, ref.solution], name="fake")
+    twin.restore(saved)
+    again = twin.propose(contexts[1])
+    assert again is not None and again.hypothesis == "round 1"
+    with pytest.raises(ValueError, match="not within"):
+        twin.restore({"index": 9})
+
+
+def test_scripted_step_must_return_a_proposal(problem: Problem) -> None:
+    agent = ScriptedAgent([lambda ctx: "not a proposal"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="must return a Proposal"):
+        agent.propose(_context(problem))
+
+
+# ------------------------------------------------------------------------------ registry
+
+
+def test_registry() -> None:
+    assert set(available_agents()) == {"reference", "compiler"}
+    agents = make_agents(["compiler", "reference"])
+    assert [type(a) for a in agents] == [CompilerAgent, ReferenceAgent]
+    assert [a.name for a in agents] == ["compiler", "reference"]
+    assert make_agents(["reference"])[0] is not make_agents(["reference"])[0]
+    with pytest.raises(KernelArcError, match="available agents: compiler, reference"):
+        make_agents(["reference", "gpt"])
+    with pytest.raises(KernelArcError, match="given twice"):
+        make_agents(["compiler", "compiler"])
+    described = dict(describe())
+    assert set(described) == {"reference", "compiler"}
+    assert all(text and "\n" not in text for text in described.values())
