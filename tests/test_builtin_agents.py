@@ -42,6 +42,7 @@ from kernelarc.proposers.builtin import (
 from kernelarc.proposers.registry import available_agents, describe, make_agents
 from kernelarc.proposers.scripted import ScriptedAgent
 
+
 @pytest.fixture(scope="module")
 def problem() -> Problem:
     return load_problem(example_dir("rmsnorm_h512"))
