@@ -4,8 +4,8 @@ Covered: proposals validate as ``Solution`` and build with the real builder; the
 agent's candidate passes the real guard on the CPU (bundled ``rmsnorm_h512`` example, two
 small workloads); a ``torch.compile`` candidate passes the real guard (no false alarm from
 Inductor's own subprocesses, environment keys or caches); conclusions from real and
-constructed verdicts (claim, effect by workload class, outcome); drafting; state round trips through JSON; the scripted agent's
-recording; the registry's names and errors.
+constructed verdicts (claim, effect by workload class, outcome); drafting; state round
+trips through JSON; the scripted agent's recording; the registry's names and errors.
 
 Not covered: CUDA (``reduce-overhead`` is only proposed, never run here), the orchestrator.
 """
