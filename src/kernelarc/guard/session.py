@@ -309,7 +309,7 @@ class CandidateSession:
         self._precision_verdict(outcome)
         t3 = time.monotonic()
         if cfg.time_reference:
-            ref_seeds = seeds[: min(len(seeds), 8)]
+            ref_seeds = seeds
             outcome.reference = self.guard.reference_timing(wl, False, ref_seeds, deadline)
             if cfg.time_compiled_reference:
                 try:

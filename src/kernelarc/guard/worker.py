@@ -200,7 +200,7 @@ class ReferenceRole:
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
         import torch
 
-        from kernelarc.guard.timing import time_calls
+        from kernelarc.guard.timing import pool_size, tensor_bytes, time_calls
         from kernelarc.problem.schema import Workload
 
         wl = Workload.model_validate(msg["workload"])
@@ -212,7 +212,14 @@ class ReferenceRole:
             if self.compiled is None:
                 self.compiled = torch.compile(self.module.run, dynamic=False)
             fn = self.compiled
-        pool = [list(self._inputs(wl, int(s)).values.values()) for s in msg["seeds"]]
+        # The same pool rule as for candidates (distinct input sets, as many as fit), so a
+        # reference is not timed on hotter caches than the solutions it is compared with.
+        calls = int(msg["warmup"]) + int(msg["iterations"])
+        first = list(self._inputs(wl, int(msg["seeds"][0])).values.values())
+        n_pool = pool_size(tensor_bytes(first), min(calls, len(msg["seeds"])), self.device)
+        pool = [first] + [
+            list(self._inputs(wl, int(s)).values.values()) for s in msg["seeds"][1:n_pool]
+        ]
         res = time_calls(
             lambda i: fn(*pool[i % len(pool)]),
             lambda i: None,

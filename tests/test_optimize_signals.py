@@ -1,0 +1,64 @@
+"""Ctrl-C during `kernelarc optimize` stops cleanly: the best so far is written, the run's
+status says it was interrupted, and `--resume` continues it to the full budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
+FAST = ["--device", "cpu", "--full-iterations", "5", "--full-warmup", "1"]
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "kernelarc.cli.main", *args]
+
+
+def test_sigint_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    args = [
+        "optimize",
+        str(EXAMPLE),
+        "--agents",
+        "reference,compiler",
+        "--budget",
+        "3",
+        "--run-dir",
+        str(run),
+        *FAST,
+    ]
+    proc = subprocess.Popen(_cli(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # wait for the first judged candidate, then press Ctrl-C
+        seen.append(line)
+        if "c0001-reference" in line or time.monotonic() > deadline:
+            break
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, "".join(seen) + err
+    status = json.loads(
+        subprocess.run(
+            _cli("status", str(run), "--json"), check=True, capture_output=True, text=True
+        ).stdout
+    )
+    assert status["stopped"] == "interrupted"
+    assert status["best"] and Path(status["best"]["path"]).exists()
+    assert 1 <= status["evaluated"] < 3
+
+    done = subprocess.run(_cli(*args, "--resume"), capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr
+    status = json.loads(
+        subprocess.run(
+            _cli("status", str(run), "--json"), check=True, capture_output=True, text=True
+        ).stdout
+    )
+    assert status["evaluated"] >= 3 or status["stopped"] == "every agent is done"
+    ids = status["candidate_ids"]
+    assert len(ids) == len(set(ids))
