@@ -292,7 +292,7 @@ class CandidateRole:
                 return {**bad, "violations": _viol(self.sentinel.take() + found)}
             ok_types = not any(v.check == "output-type" for v in found)
             headers = (
-                self._write(outs, f"{wl.uuid[:12]}_{seed}", Path(msg["exchange_dir"]))
+                self._write(outs, "round", Path(msg["exchange_dir"]))
                 if ok_types
                 else []
             )
@@ -365,7 +365,7 @@ class CandidateRole:
             for j in sorted({(calls - 1) % k, (calls // 2) % k}):
                 if j in last:
                     sampled[str(seeds[j])] = self._write(
-                        last[j], f"{wl.uuid[:12]}_t{seeds[j]}", Path(msg["exchange_dir"])
+                        last[j], f"timed{j}", Path(msg["exchange_dir"])
                     )
         final = (calls - 1) % k
         self._timed = {wl.uuid: (pool[final], outs[final])}
