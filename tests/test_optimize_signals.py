@@ -62,3 +62,34 @@ def test_sigint_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
     assert status["evaluated"] >= 3 or status["stopped"] == "every agent is done"
     ids = status["candidate_ids"]
     assert len(ids) == len(set(ids))
+
+
+def test_memory_file_carries_conclusions_across_runs(tmp_path: Path) -> None:
+    memory = tmp_path / "lessons.jsonl"
+    for i in (1, 2):
+        run = tmp_path / f"run{i}"
+        r = subprocess.run(
+            _cli(
+                "optimize",
+                str(EXAMPLE),
+                "--agents",
+                "reference",
+                "--budget",
+                "1",
+                "--run-dir",
+                str(run),
+                "--memory",
+                str(memory),
+                *FAST,
+            ),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr
+        lines = memory.read_text().splitlines()
+        assert json.loads(lines[0]) == {"kernelarc_memory": 1}
+        assert len(lines) - 1 == i  # one lesson per run, the first run's kept
+    events = [json.loads(x) for x in (tmp_path / "run2" / "events.jsonl").read_text().splitlines()]
+    loaded = [e for e in events if e["kind"] == "memory_loaded"]
+    assert loaded and loaded[0]["conclusions"] == 1
