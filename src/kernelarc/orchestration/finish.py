@@ -130,8 +130,9 @@ def run_status(store: Store, run_dir: Path) -> dict[str, Any]:
     evals = store.evaluations()
     conclusions = store.conclusions()
     incumbents = store.incumbents()
-    judged = {e.candidate_id for e in evals}
-    passed = {e.candidate_id for e in evals if e.stage == "full" and e.result.passed}
+    composed = {c.id for c in cands if c.agent == COMPOSER}
+    judged = {e.candidate_id for e in evals} - composed
+    passed = {e.candidate_id for e in evals if e.stage == "full" and e.result.passed} - composed
     agents = []
     for name in config.get("agents", []):
         inc = incumbents.get(name)
@@ -166,6 +167,7 @@ def run_status(store: Store, run_dir: Path) -> dict[str, Any]:
         "agents": agents,
         "conclusions": len(conclusions),
         "candidate_ids": [c.id for c in cands],
+        "composed": sorted(composed),
         "best": best,
         "stopped": (
             store.events("search_stopped")[-1].payload.get("reason")

@@ -200,6 +200,8 @@ class Orchestrator:
             )
         )
         self.dir.write_candidate(record)
+        # The agent's state now includes this proposal: a resumed run continues after it.
+        self.store.save_agent_state(name, {"agent": self.agents[name].state()})
         if proposal.mode == "draft":
             self.event(
                 "draft", {"agent": name, "candidate": record.id, "parent": proposal.parent_id}
@@ -281,14 +283,19 @@ class Orchestrator:
                 outcome="failed" if not result.passed else "no_gain",
             )
         if store_conclusion:
-            conclusion = self.store.add_conclusion(conclusion)
-            if self.config.memory:
-                try:
-                    self.memory.add(conclusion)
-                except ValueError as e:
-                    self.event("conclusion_rejected", {"agent": name, "why": str(e)})
+            self._remember(self.store.add_conclusion(conclusion))
         self.store.save_agent_state(name, {"agent": agent.state()})
         self.store.save_agent_state(ORCHESTRATOR, {"plateau": self.plateau.state()})
+
+    def _remember(self, conclusion: Conclusion) -> None:
+        """Into the shared memory, when it is on; a claim that looks like code is refused
+        there (the store keeps every conclusion)."""
+        if not self.config.memory:
+            return
+        try:
+            self.memory.add(conclusion)
+        except ValueError as e:
+            self.event("conclusion_rejected", {"agent": conclusion.agent, "why": str(e)})
 
     # ------------------------------------------------------------------ resume
     def _restore(self) -> None:
@@ -314,11 +321,14 @@ class Orchestrator:
         for view in self.store.incumbents().values():
             if view.agent in self.agents:
                 self.board.update(view, owner=view.agent)
+        concluded = set()
         for c in self.store.conclusions():
-            if self.config.memory:
-                self.memory.add(c)
-        pending = []
+            concluded.add(c.candidate_id)
+            self._remember(c)
+        pending, untold = [], []
         for rec in self.store.candidates():
+            if rec.agent not in self.agents:  # the composer's candidates cost no budget
+                continue
             evals = self.store.evaluations(rec.id)
             if not evals:
                 pending.append(rec)
@@ -328,10 +338,26 @@ class Orchestrator:
             inc = self.board.incumbent(rec.agent)
             if inc is not None and inc.candidate_id == rec.id:
                 self.results[rec.agent] = {e.stage: e.result.per_workload for e in evals}
+            if rec.id not in concluded:
+                untold.append(
+                    (rec, evals[-1].result, inc is not None and inc.candidate_id == rec.id)
+                )
         if self.used or pending:
-            self.event("resumed", {"used": self.used, "redo": [r.id for r in pending]})
+            self.event(
+                "resumed",
+                {
+                    "used": self.used,
+                    "redo": [r.id for r in pending],
+                    "told": [r.id for r, _, _ in untold],
+                },
+            )
+        for rec, result, improved in untold:  # judged, but the run died before the agent knew
+            self.plateau.record(rec.agent, improved)
+            self._observe(
+                rec.agent, result.model_copy(update={"improved": improved}), store_conclusion=True
+            )
         for rec in pending:  # in flight when the run died: judged again, nothing else lost
-            if rec.agent in self.agents and self._budget_left() > 0:
+            if self._budget_left() > 0:
                 self._judge(rec)
 
 
