@@ -291,11 +291,7 @@ class CandidateRole:
             if bad:
                 return {**bad, "violations": _viol(self.sentinel.take() + found)}
             ok_types = not any(v.check == "output-type" for v in found)
-            headers = (
-                self._write(outs, "round", Path(msg["exchange_dir"]))
-                if ok_types
-                else []
-            )
+            headers = self._write(outs, "round", Path(msg["exchange_dir"])) if ok_types else []
         return {
             "ok": True,
             "outputs": headers,
