@@ -31,6 +31,7 @@ from kernelarc.errors import KernelArcError
 from kernelarc.examples import example_dir
 from kernelarc.guard.build import choose_builder, load_entry
 from kernelarc.guard.evaluator import EvalResult, Guard, GuardConfig
+from kernelarc.orchestration.judge import results_of, score_of
 from kernelarc.problem.loader import Problem, load_problem
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.builtin import (
@@ -62,21 +63,9 @@ def _context(problem: Problem, **kw: object) -> AgentContext:
 
 def _result(ev: EvalResult, agent: str, candidate_id: str = "c1") -> CandidateResult:
     """The guard's verdict as agents see it (what the orchestrator's judge hands them)."""
-    per = tuple(
-        WorkloadResult(
-            uuid=o.workload.uuid,
-            axes=dict(o.workload.axes),
-            status=o.status.value,
-            check=o.check,
-            latency_ms=o.latency_ms,
-            reference_ms=o.reference_ms,
-            log=o.log[:2000],
-        )
-        for o in ev.outcomes
-    )
+    per = results_of(ev.outcomes, {})
     passed = bool(per) and all(r.status == "PASSED" for r in per)
-    speedups = [r.speedup for r in per if r.speedup]
-    score = math.exp(sum(map(math.log, speedups)) / len(speedups)) if passed else None
+    score = score_of(per) if passed else None
     return CandidateResult(
         candidate_id=candidate_id,
         agent=agent,
@@ -231,8 +220,7 @@ def _compiler_after_one_proposal(problem: Problem, **ctx: object) -> CompilerAge
 
 def _synthetic(per, *, improved: bool = False) -> CandidateResult:
     passed = all(r.status == "PASSED" for r in per)
-    speedups = [r.speedup for r in per if r.speedup]
-    score = math.exp(sum(map(math.log, speedups)) / len(speedups)) if passed else None
+    score = score_of(per) if passed else None
     return CandidateResult(
         candidate_id="c7",
         agent="compiler",

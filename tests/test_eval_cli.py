@@ -17,13 +17,13 @@ temporary folder. Runs shared by several tests are module-scoped fixtures.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _shared import write_solution
 
 from kernelarc.env import parent_environment
 from kernelarc.problem.loader import load_problem
@@ -75,26 +75,6 @@ def run_eval(
     )
     lines = out.read_text().splitlines() if out is not None and out.exists() else []
     return CliRun(p.returncode, p.stdout, p.stderr, lines)
-
-
-def write_solution(folder: Path, source: str, name: str) -> Path:
-    """A solution.json whose one source file ``s.py`` lies beside it (no inline content)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "s.py").write_text(source)
-    sol = {
-        "name": name,
-        "definition": "ka_rmsnorm_h512",
-        "author": "kernelarc-tests",
-        "spec": {
-            "languages": ["pytorch"],
-            "entry_point": "s.py::run",
-            "destination_passing_style": True,
-        },
-        "sources": [{"path": "s.py"}],
-    }
-    path = folder / "solution.json"
-    path.write_text(json.dumps(sol, indent=2))
-    return path
 
 
 def check_traces(run: CliRun, lines: list[str], statuses: list[str]) -> list[Trace]:

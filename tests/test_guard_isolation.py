@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _shared import write_solution
 
 from kernelarc.env import parent_environment
 from kernelarc.problem.loader import load_problem
@@ -100,25 +101,6 @@ def run_eval(
     wall = time.monotonic() - t0
     lines = out.read_text().splitlines() if out.exists() else []
     return CliRun(p.returncode, p.stdout, p.stderr, lines, wall, leftover_workers(marker))
-
-
-def write_solution(folder: Path, source: str, name: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "s.py").write_text(source)
-    sol = {
-        "name": name,
-        "definition": "ka_rmsnorm_h512",
-        "author": "kernelarc-tests",
-        "spec": {
-            "languages": ["pytorch"],
-            "entry_point": "s.py::run",
-            "destination_passing_style": True,
-        },
-        "sources": [{"path": "s.py"}],
-    }
-    path = folder / "solution.json"
-    path.write_text(json.dumps(sol, indent=2))
-    return path
 
 
 def judge(

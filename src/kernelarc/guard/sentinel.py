@@ -237,11 +237,16 @@ def precision_flags() -> dict[str, Any]:
 
 
 def child_pids() -> list[int]:
+    """Live children of this process. An unreadable /proc raises (the check cannot run,
+    so the candidate is rejected as check-error); a thread that ends while it is read is
+    skipped."""
     pids: list[int] = []
-    with contextlib.suppress(OSError):
-        for tid in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/children") as f:
-                pids += [int(p) for p in f.read().split()]
+    for tid in os.listdir("/proc/self/task"):
+        with (
+            contextlib.suppress(FileNotFoundError, ProcessLookupError),
+            open(f"/proc/self/task/{tid}/children") as f,
+        ):
+            pids += [int(p) for p in f.read().split()]
     return pids
 
 
