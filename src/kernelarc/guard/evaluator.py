@@ -257,6 +257,8 @@ class Guard:
             if v is not None
         }
         cfg = self.config.model_copy(update=update) if update else self.config
+        self.reference()  # set up first: a reference that does not load is the user's error,
+        # and every trace (even a COMPILE_ERROR one) then names the real hardware
         session = CandidateSession(self, solution, cfg)
         outcomes: list[WorkloadOutcome] = []
         stopped: str | None = None
