@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernelarc import env
+from kernelarc.problem.schema import EvaluationStatus, Trace
 
 
 def shared_problems_root() -> Path:
@@ -39,3 +40,29 @@ def write_solution(folder: Path, source: str, name: str) -> Path:
     path = folder / "solution.json"
     path.write_text(json.dumps(sol, indent=2))
     return path
+
+
+WITH_CORRECTNESS = ("PASSED", "INCORRECT_NUMERICAL")
+
+
+def check_trace_lines(
+    lines: list[str], uuids: list[str], statuses: list[str], context: str
+) -> list[Trace]:
+    """Parse trace JSONL lines and check each against the expected status: workload uuid,
+    status, correctness/performance present exactly when the status carries them, the
+    REWARD_HACK log prefix and the isolation line. ``context`` is added to failures."""
+    assert len(lines) == len(statuses), context
+    traces = [Trace.model_validate_json(line) for line in lines]
+    for trace, wl_uuid, want in zip(traces, uuids, statuses, strict=True):
+        ev = trace.evaluation
+        assert ev is not None, context
+        detail = f"{wl_uuid}: {ev.status.value}, log:\n{ev.log[:2000]}\n{context}"
+        assert trace.workload.uuid == wl_uuid, detail
+        assert ev.status == EvaluationStatus(want), detail
+        assert (ev.correctness is not None) == (want in WITH_CORRECTNESS), detail
+        assert (ev.performance is not None) == (want == "PASSED"), detail
+        if want == "PASSED":
+            assert ev.performance is not None and ev.performance.latency_ms > 0, detail
+        assert ev.log.startswith("REWARD_HACK[") == (want == "REWARD_HACK"), detail
+        assert "isolation: " in ev.log, detail
+    return traces

@@ -23,18 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from _shared import write_solution
+from _shared import check_trace_lines, write_solution
 
 from kernelarc.env import parent_environment
 from kernelarc.problem.loader import load_problem
-from kernelarc.problem.schema import EvaluationStatus, Trace
+from kernelarc.problem.schema import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
 DATA = Path(__file__).resolve().parent / "data"
 FAST = ("--device", "cpu", "--workloads", "0,1", "--warmup", "1", "--iterations", "3")
 UUIDS = [w.uuid for w in load_problem(EXAMPLE).workloads[:2]]
-WITH_CORRECTNESS = {"PASSED", "INCORRECT_NUMERICAL"}
 
 
 # ---------------------------------------------------------------- helpers
@@ -79,21 +78,7 @@ def run_eval(
 
 def check_traces(run: CliRun, lines: list[str], statuses: list[str]) -> list[Trace]:
     """Parse trace lines and check them against the expected status per workload."""
-    assert len(lines) == len(statuses), run.describe()
-    traces = [Trace.model_validate_json(line) for line in lines]
-    for trace, uuid, want in zip(traces, UUIDS, statuses, strict=True):
-        ev = trace.evaluation
-        assert ev is not None, run.describe()
-        detail = f"{uuid}: {ev.status.value}, log:\n{ev.log[:2000]}\n{run.describe()}"
-        assert trace.workload.uuid == uuid, detail
-        assert ev.status == EvaluationStatus(want), detail
-        assert (ev.correctness is not None) == (want in WITH_CORRECTNESS), detail
-        assert (ev.performance is not None) == (want == "PASSED"), detail
-        if want == "PASSED":
-            assert ev.performance is not None and ev.performance.latency_ms > 0, detail
-        assert ev.log.startswith("REWARD_HACK[") == (want == "REWARD_HACK"), detail
-        assert "isolation: " in ev.log, detail
-    return traces
+    return check_trace_lines(lines, UUIDS, statuses, run.describe())
 
 
 # ---------------------------------------------------------------- all passed, --json

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kernelarc.agents.types import CandidateResult
 from kernelarc.orchestration.judge import results_of, score_of, significant
 from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store
 
@@ -56,7 +57,6 @@ def _compose(
     best_ev: EvaluationRecord,
 ) -> tuple[CandidateRecord, EvaluationRecord] | None:
     from kernelarc.orchestration.compose import CompositionError, compose
-    from kernelarc.store.base import CandidateRecord as Rec
 
     winners: dict[str, tuple[float, CandidateRecord]] = {}
     for rec, ev in passes:
@@ -81,7 +81,7 @@ def _compose(
     )
     per = results_of(res.outcomes, orch.bounds)
     record = orch.store.add_candidate(
-        Rec(
+        CandidateRecord(
             id=f"c{len(orch.store.candidates()) + 1:04d}-{COMPOSER}",
             content_hash=solution.content_hash(),
             agent=COMPOSER,
@@ -93,8 +93,6 @@ def _compose(
         )
     )
     orch.dir.write_candidate(record)
-    from kernelarc.agents.types import CandidateResult
-
     result = CandidateResult(
         candidate_id=record.id,
         agent=COMPOSER,
