@@ -53,6 +53,7 @@ def judge(problem_dir: Path, solutions: list[Path], **cfg: Any) -> list[dict[str
                         None,
                     ),
                     "latency_ms": [o.latency_ms for o in res.outcomes],
+                    "iqm_ms": [(o.latency or {}).get("iqm_ms") for o in res.outcomes],
                     "reference_ms": [o.reference_ms for o in res.outcomes],
                     "method": next((o.latency or {}).get("method") for o in res.outcomes),
                     "axes": [t.workload.axes for t in res.traces],
@@ -179,6 +180,13 @@ def report(results: dict[str, Any]) -> None:
                 f"  per-workload (max-min)/median over {len(runs)} runs: "
                 f"max {max(spreads):.2%}, median {statistics.median(spreads):.2%}"
             )
+            iqm = [[r["iqm_ms"][w] for r in runs] for w in range(n)]
+            if all(v is not None for row in iqm for v in row):
+                iq = [(max(row) - min(row)) / statistics.median(row) for row in iqm]
+                print(
+                    f"  same for the interquartile mean: max {max(iq):.2%}, "
+                    f"median {statistics.median(iq):.2%}"
+                )
             for w in range(n):
                 meds = [r["latency_ms"][w] for r in runs]
                 print(

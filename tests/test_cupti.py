@@ -113,3 +113,29 @@ def test_no_activity_raises() -> None:
         pass
     with pytest.raises(RuntimeError, match="no GPU activity"):
         _ = span.span_ms
+
+
+@pytest.mark.gpu
+@gpu
+def test_call_log_brackets_each_call() -> None:
+    from kernelarc.guard.cupti import CallLog
+
+    x = torch.randn(1 << 20, device="cuda")
+    side = torch.cuda.Stream()
+    with CallLog() as log:
+        for i in range(6):
+            log.begin()
+            if i % 2:
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    torch.cuda._sleep(1_000_000)
+                    x.mul_(1.0)
+            else:
+                x.mul_(1.0)
+            torch.cuda.synchronize()
+            log.end()
+    assert len(log.spans_ms) == 6 and all(s is not None for s in log.spans_ms)
+    spans = [float(s or 0.0) for s in log.spans_ms]
+    short = [s for i, s in enumerate(spans) if i % 2 == 0]
+    long = [s for i, s in enumerate(spans) if i % 2]
+    assert max(short) < min(long)  # side-stream work counts for its own call only

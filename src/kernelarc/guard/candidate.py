@@ -106,6 +106,7 @@ class CandidateRole:
             )
         )
         self.notes: list[str] = []
+        self._slots = protocol_mod.SlotWriter()
         if _uses_inductor(Path(art["root"])):
             self.notes += _prewarm_inductor()
         self.sentinel.install()
@@ -217,14 +218,12 @@ class CandidateRole:
     def _write(self, outs: tuple[Any, ...], tag: str, exchange: Path) -> list[dict[str, Any]]:
         import torch
 
-        from kernelarc.guard.protocol import write_tensor
-
         headers = []
         for name, t in zip(self.definition.outputs, outs, strict=False):
             if not isinstance(t, torch.Tensor):
                 headers.append({"kind": "object", "type": type(t).__qualname__})
                 continue
-            headers.append(write_tensor(t, exchange / f"{tag}_{name}.bin"))
+            headers.append(self._slots.write(t, exchange / f"{tag}_{name}.bin"))
         return headers
 
     def _bad_count(self, outs: tuple[Any, ...]) -> dict[str, Any] | None:
@@ -256,7 +255,12 @@ class CandidateRole:
                 for buf, new in zip(old_in, inputs, strict=True):
                     if isinstance(buf, torch.Tensor):
                         buf.copy_(new)
-                inputs = old_in
+                # Tensors at the old addresses; values without an address (Python scalars
+                # a custom input generator returns) take this round's fresh values.
+                inputs = [
+                    o if isinstance(o, torch.Tensor) else n
+                    for o, n in zip(old_in, inputs, strict=True)
+                ]
                 if self.dps:
                     for buf in old_out:
                         poison(buf)
@@ -340,7 +344,11 @@ class CandidateRole:
                 iterations=int(msg["iterations"]),
                 device=self.device,
                 use_cupti=bool(msg.get("cupti")),
+                min_timed_ms=float(msg.get("min_timed_ms", 0.0)),
+                max_iterations=int(msg.get("max_iterations", 0)),
+                max_timed_ms=float(msg.get("max_timed_ms", 0.0)),
             )
+            calls = res.calls
         except BaseException as e:
             found = self.sentinel.take()
             if "no GPU activity" in str(e):

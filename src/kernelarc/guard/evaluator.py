@@ -51,6 +51,19 @@ class GuardConfig(BaseModel):
     rounds: int = Field(default=10, ge=1)
     warmup: int = Field(default=10, ge=0)
     iterations: int = Field(default=50, ge=1)
+    min_timed_ms: float = Field(
+        default=10.0,
+        ge=0,
+        description="more timed calls (up to max_iterations) when iterations x the warm-up "
+        "median measures less than this; 0 turns the extension off",
+    )
+    max_iterations: int = Field(default=1000, ge=1)
+    max_timed_ms: float = Field(
+        default=3000.0,
+        ge=0,
+        description="fewer timed calls (at least 10) when iterations x the warm-up median "
+        "measures more than this; 0 turns the shortening off",
+    )
     seed: int = 200
     strict_precision: bool = False
     time_reference: bool = True
@@ -232,6 +245,19 @@ class Guard:
         env = dict(self._ref_env or {"hardware": self.device, "libs": {}})
         return env
 
+    def _emulated_note(self) -> list[str]:
+        """``reference ran emulated: <ops>`` when the reference worker emulated low-precision
+        ops the device lacks (``problem/emulation.py``); nothing when it emulated none."""
+        if self._ref is None or not self._ref.alive():
+            return []  # it crashed: its workloads are INVALID_REFERENCE already
+        reply = self._ref.request({"op": "emulated"}, timeout=self.config.setup_timeout)
+        if not reply.get("ok"):
+            from kernelarc.errors import KernelArcError
+
+            raise KernelArcError(f"reference worker: {reply.get('message')}")
+        ops = [str(op) for op in reply.get("ops") or []]
+        return [f"reference ran emulated: {', '.join(ops)}"] if ops else []
+
     # ------------------------------------------------------------------ evaluation
     def evaluate(
         self,
@@ -245,17 +271,20 @@ class Guard:
     ) -> EvalResult:
         """Judge ``solution`` on ``workloads`` (all by default). ``rounds``/``warmup``/
         ``iterations`` override the configuration for this call (the search's screening
-        stage). ``stop(outcome)`` is asked after each workload; a non-None answer (the
-        reason) ends the evaluation early: the remaining workloads are not judged."""
+        stage; an ``iterations`` override also turns off the extension for tiny kernels).
+        ``stop(outcome)`` is asked after each workload; a non-None answer (the reason) ends
+        the evaluation early: the remaining workloads are not judged."""
         from kernelarc.guard.session import CandidateSession
 
         t0 = time.monotonic()
         chosen = list(workloads) if workloads is not None else list(self.problem.workloads)
-        update = {
+        update: dict[str, float] = {
             k: v
             for k, v in (("rounds", rounds), ("warmup", warmup), ("iterations", iterations))
             if v is not None
         }
+        if iterations is not None:  # a quick stage: exactly the calls asked for
+            update["min_timed_ms"] = 0.0
         cfg = self.config.model_copy(update=update) if update else self.config
         self.reference()  # set up first: a reference that does not load is the user's error,
         # and every trace (even a COMPILE_ERROR one) then names the real hardware
@@ -271,6 +300,9 @@ class Guard:
         finally:
             session.close()
         env = self.environment()
+        emulated = self._emulated_note()
+        for o in outcomes:
+            o.notes += emulated
         traces = [
             make_trace(
                 self.problem.definition.name, solution.name, o, env, self.isolation.description
@@ -358,6 +390,9 @@ class Guard:
                     "seeds": seeds,
                     "warmup": self.config.warmup,
                     "iterations": self.config.iterations,
+                    "min_timed_ms": self.config.min_timed_ms,
+                    "max_iterations": self.config.max_iterations,
+                    "max_timed_ms": self.config.max_timed_ms,
                     "compiled": compiled,
                     "cupti": self._use_cupti,
                 },

@@ -109,23 +109,76 @@ class Channel:
 # ---------------------------------------------------------------- tensors as files
 
 
-def write_tensor(t: Any, path: Path) -> dict[str, Any]:
-    """Write a plain tensor's bytes to ``path``; return its header."""
-    import torch
+class SlotWriter:
+    """Writes output tensors into shared-memory files, one file per output slot, reused.
 
-    name = str(t.dtype).removeprefix("torch.")
-    if name not in WIRE_DTYPES:
-        raise ValueError(f"dtype {t.dtype} cannot cross the wire")
-    c = t.detach().contiguous()
-    nbytes = c.numel() * c.element_size()
-    with open(path, "wb") as f:
-        f.truncate(nbytes)
-    if nbytes:
-        # One copy, straight from the device into the shared-memory file's pages.
-        dst = torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
-        dst.copy_(c.reshape(-1).view(torch.uint8))
-        del dst
-    return {"file": str(path), "dtype": name, "shape": list(c.shape), "nbytes": nbytes}
+    On CUDA each slot's file stays mapped and, where the driver allows it, page-locked
+    (``cudaHostRegister``), so a device-to-host copy lands in the file by DMA with no extra
+    copy and no page faults. A slot's file is re-created only when its size changes. A
+    failed page-lock costs speed only (plain pageable copy) and is logged to stderr.
+    Owned by one worker; :meth:`close` unregisters and unmaps everything.
+    """
+
+    def __init__(self) -> None:
+        self._maps: dict[str, tuple[Any, bool]] = {}
+
+    def _slot(self, path: Path, nbytes: int, cuda: bool) -> Any:
+        import torch
+
+        key = str(path)
+        cached = self._maps.get(key)
+        if cached is not None and cached[0].numel() == nbytes and path.exists():
+            return cached[0]
+        self._drop(key)
+        with open(path, "wb") as f:
+            f.truncate(nbytes)
+        dst = torch.from_file(key, shared=True, size=nbytes, dtype=torch.uint8)
+        pinned = False
+        if cuda:
+            err = torch.cuda.cudart().cudaHostRegister(dst.data_ptr(), nbytes, 0)
+            pinned = int(err) == 0
+            if not pinned:
+                print(f"kernelarc: page-locking {path.name} failed ({err}); copying pageable")
+        self._maps[key] = (dst, pinned)
+        return dst
+
+    def _drop(self, key: str) -> None:
+        old = self._maps.pop(key, None)
+        if old is not None and old[1]:
+            import torch
+
+            torch.cuda.cudart().cudaHostUnregister(old[0].data_ptr())
+
+    def write(self, t: Any, path: Path) -> dict[str, Any]:
+        """Write a plain tensor's bytes to ``path``; return its header."""
+        import torch
+
+        name = str(t.dtype).removeprefix("torch.")
+        if name not in WIRE_DTYPES:
+            raise ValueError(f"dtype {t.dtype} cannot cross the wire")
+        c = t.detach().contiguous()
+        nbytes = c.numel() * c.element_size()
+        if nbytes:
+            dst = self._slot(path, nbytes, c.is_cuda)
+            dst.copy_(c.reshape(-1).view(torch.uint8))
+        else:
+            self._drop(str(path))
+            with open(path, "wb"):
+                pass
+        return {"file": str(path), "dtype": name, "shape": list(c.shape), "nbytes": nbytes}
+
+    def close(self) -> None:
+        for key in list(self._maps):
+            self._drop(key)
+
+
+def write_tensor(t: Any, path: Path) -> dict[str, Any]:
+    """Write one tensor to ``path`` without keeping the mapping (see :class:`SlotWriter`)."""
+    w = SlotWriter()
+    try:
+        return w.write(t, path)
+    finally:
+        w.close()
 
 
 def read_tensor(header: dict[str, Any], device: Any) -> Any:
@@ -149,5 +202,10 @@ def read_tensor(header: dict[str, Any], device: Any) -> Any:
         raise ValueError(f"{path.name}: {size} bytes, header implies {numel * itemsize}")
     if numel == 0:
         return torch.empty(shape, dtype=dtype, device=device)
+    if torch.device(device).type == "cuda":
+        # Straight from the file's pages to the device: the device copy is private.
+        raw = torch.from_file(str(path), shared=True, size=size, dtype=torch.uint8)
+        return raw.to(device).view(dtype).reshape(shape)
+    # On the CPU a private copy (read, not mapped): the writer cannot change it afterwards.
     raw = torch.from_file(str(path), shared=False, size=size, dtype=torch.uint8)
-    return raw.view(dtype).reshape(shape).to(device)
+    return raw.view(dtype).reshape(shape)

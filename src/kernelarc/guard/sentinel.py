@@ -93,9 +93,18 @@ _SPAWN_EVENTS = frozenset(
 )
 _LIST_EVENTS = frozenset({"os.listdir", "os.scandir", "glob.glob"})
 #: Environment variables that libraries manage themselves at run time (torch.compile and
-#: Triton set their cache locations lazily); changes to these are not tampering.
+#: Triton set their cache locations lazily; on CUDA, Inductor points Triton at the CUDA
+#: tools it bundles, e.g. ``TRITON_PTXAS_PATH``, seen on the H200 2026-12-01); changes to
+#: these are not tampering. Pointing a tool path elsewhere gains a solution nothing it could
+#: not do in-process already; the processes it starts are still checked.
 LIBRARY_ENV_PREFIXES = (
     "_TORCHINDUCTOR_",
+    "TRITON_PTXAS",
+    "TRITON_CUOBJDUMP",
+    "TRITON_NVDISASM",
+    "TRITON_CUDACRT",
+    "TRITON_CUDART",
+    "TRITON_LIBDEVICE",
     "TORCHINDUCTOR_",
     "TORCHDYNAMO_",
     "TORCH_COMPILE_",

@@ -5,7 +5,9 @@ a pool of distinct input sets at shifted addresses (moved to new offsets each ti
 wraps, so no pointer repeats), the device synchronised, then the call measured:
 
 - ``cupti``: the span of all GPU activity (all streams) inside the call, when cupti-python is
-  importable (``guard/cupti.py``);
+  importable (``guard/cupti.py``): calls bracketed by marker kernels on a private stream,
+  CUPTI enabled once and flushed once for the whole loop (``cupti-per-call``, a flush after
+  every call, only where the markers cannot be told apart);
 - ``cuda-events``: events on the current stream around the call; the host wall time of
   call + synchronise is kept too, and a call whose wall time exceeds its event time by more
   than 100 µs plus the event time is work escaping the timed region on another stream;
@@ -18,6 +20,7 @@ sees them); CPU timings are noisy at the microsecond level.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +37,8 @@ class TimingResult:
     wall_ms: list[float] = field(default_factory=list)
     escaped: bool = False
     escape_detail: str = ""
+    calls: int = 0
+    """Calls made in all, warm-up included (more than asked when extended; see time_calls)."""
 
     def summary(self) -> dict[str, Any]:
         s = sorted(self.samples_ms)
@@ -41,6 +46,10 @@ class TimingResult:
         return {
             "method": self.method,
             "median_ms": statistics.median(s),
+            # Mean of the middle half: as robust as the median, and it resolves changes
+            # smaller than the GPU timer's tick (the median of a 2 µs kernel moves in 32 ns
+            # steps, ~1.5%).
+            "iqm_ms": statistics.fmean(s[n // 4 : n - n // 4] or s),
             "p10_ms": s[int(0.1 * (n - 1))],
             "p90_ms": s[int(0.9 * (n - 1))],
             "min_ms": s[0],
@@ -101,61 +110,154 @@ def time_calls(
     iterations: int,
     device: Any,
     use_cupti: bool,
+    min_timed_ms: float = 0.0,
+    max_iterations: int = 0,
+    max_timed_ms: float = 0.0,
 ) -> TimingResult:
-    """Time ``call(i)`` for i in range(warmup + iterations); ``before(i)`` runs untimed first."""
-    import torch
+    """Time ``call(i)`` for i in range(warmup + n); ``before(i)`` runs untimed first.
 
-    flush = Flusher(device)
+    ``n`` is ``iterations``, raised (up to ``max_iterations``) when the median of the warm-up
+    calls says that ``iterations`` calls would measure less than ``min_timed_ms`` in all:
+    the median of a few-microsecond kernel needs more samples to repeat within 1-2%; and
+    lowered (to no fewer than ``MIN_ITERATIONS``) when they would measure more than
+    ``max_timed_ms``: a call of hundreds of milliseconds repeats well in a few samples."""
     cuda = device.type == "cuda"
     method = "cupti" if (cuda and use_cupti) else ("cuda-events" if cuda else "cpu-clock")
-    samples: list[float] = []
-    walls: list[float] = []
-    span = None
+    extend = _Extend(iterations, min_timed_ms, max_iterations, max_timed_ms)
+    loop = _Loop(call, before, device, Flusher(device))
     if method == "cupti":
-        from kernelarc.guard.cupti import ActivitySpan
-
-        span = ActivitySpan()
-    start = torch.cuda.Event(enable_timing=True) if cuda else None
-    end = torch.cuda.Event(enable_timing=True) if cuda else None
-    for i in range(warmup + iterations):
-        before(i)
-        flush()
-        if cuda:
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter_ns()
-        if span is not None:
-            assert start is not None and end is not None
-            with span:
-                start.record()
-                call(i)
-                end.record()
-                torch.cuda.synchronize(device)
-            ms = span.span_ms
-            wall = start.elapsed_time(end)  # the current stream only: compared below
-        elif cuda:
-            assert start is not None and end is not None
-            start.record()
-            call(i)
-            end.record()
-            torch.cuda.synchronize(device)
-            ms = start.elapsed_time(end)
-        else:
-            call(i)
-            ms = (time.perf_counter_ns() - t0) / 1e6
-        if span is None:
-            wall = (time.perf_counter_ns() - t0) / 1e6
-        if i >= warmup:
-            samples.append(ms)
-            walls.append(wall)
-    result = TimingResult(method, samples, walls)
+        method = _run_cupti(loop, warmup, extend)
+    else:
+        loop.run(warmup, extend)
+    result = TimingResult(method, loop.samples, loop.walls, calls=loop.calls)
     # Work that outlives the caller's stream by far ran on a stream the caller never
     # waited for. CUPTI: all-stream span vs events on the caller's stream; events: host wall
     # time of call + synchronise vs events.
-    if method == "cupti":
-        _check_escape(result, caller_ms=walls, all_ms=samples, what="GPU activity")
+    if method.startswith("cupti"):
+        _check_escape(result, caller_ms=loop.walls, all_ms=loop.samples, what="GPU activity")
     elif method == "cuda-events":
-        _check_escape(result, caller_ms=samples, all_ms=walls, what="wall time")
+        _check_escape(result, caller_ms=loop.samples, all_ms=loop.walls, what="wall time")
     return result
+
+
+def _run_cupti(loop: _Loop, warmup: int, extend: _Extend) -> str:
+    """Run ``loop`` under CUPTI; the method name used. Marker-bracketed calls with one flush
+    (``cupti``) where the markers can be told apart, else a flush per call
+    (``cupti-per-call``, slower on the host; the reason is printed to the worker's log)."""
+    from kernelarc.guard.cupti import ActivitySpan, CallLog
+
+    log = CallLog()
+    try:
+        log.__enter__()
+    except RuntimeError as e:
+        print(f"kernelarc: CUPTI call log unavailable ({e}); one flush per call")
+        loop.span = ActivitySpan()
+        with loop.span.session():
+            loop.run(warmup, extend)
+        return "cupti-per-call"
+    loop.log = log
+    try:
+        loop.run(warmup, extend)
+    except BaseException as e:
+        log.__exit__(type(e), e, e.__traceback__)
+        raise
+    log.__exit__(None, None, None)
+    if any(ms is None for ms in log.spans_ms):
+        raise RuntimeError(
+            "no GPU activity (kernel, memcpy or memset) was recorded inside the span: "
+            "the timed call launched nothing on the GPU"
+        )
+    loop.samples = [float(ms) for ms in log.spans_ms[warmup:] if ms is not None]
+    return "cupti"
+
+
+#: Fewest timed calls when ``max_timed_ms`` shortens the timing of a slow call.
+MIN_ITERATIONS = 10
+
+
+@dataclass(frozen=True)
+class _Extend:
+    iterations: int
+    min_timed_ms: float
+    max_iterations: int
+    max_timed_ms: float = 0.0
+
+    def count(self, warm_ms: list[float]) -> int:
+        if not warm_ms:
+            return self.iterations
+        est = max(statistics.median(warm_ms), 1e-6)
+        if self.max_timed_ms > 0 and est * self.iterations > self.max_timed_ms:
+            return max(min(MIN_ITERATIONS, self.iterations), math.ceil(self.max_timed_ms / est))
+        if self.min_timed_ms <= 0 or self.max_iterations <= self.iterations:
+            return self.iterations
+        return max(self.iterations, min(self.max_iterations, math.ceil(self.min_timed_ms / est)))
+
+
+@dataclass
+class _Loop:
+    """The calls themselves. With a CUPTI :class:`~kernelarc.guard.cupti.CallLog` the
+    samples are filled in afterwards from its spans; ``walls`` are then the caller-stream
+    event times (the warm-up estimate and the escape check use them)."""
+
+    call: Callable[[int], Any]
+    before: Callable[[int], None]
+    device: Any
+    flush: Flusher
+    log: Any = None
+    span: Any = None
+    samples: list[float] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)
+    calls: int = 0
+
+    def run(self, warmup: int, extend: _Extend) -> None:
+        import torch
+
+        cuda = self.device.type == "cuda"
+        start = torch.cuda.Event(enable_timing=True) if cuda else None
+        end = torch.cuda.Event(enable_timing=True) if cuda else None
+        warm: list[float] = []
+        total = warmup + extend.iterations
+        i = 0
+        while i < total:
+            self.before(i)
+            self.flush()
+            if cuda:
+                torch.cuda.synchronize(self.device)
+            if self.log is not None:
+                self.log.begin()
+            t0 = time.perf_counter_ns()
+            if self.span is not None:
+                assert start is not None and end is not None
+                with self.span:
+                    start.record()
+                    self.call(i)
+                    end.record()
+                    torch.cuda.synchronize(self.device)
+                ms, wall = self.span.span_ms, start.elapsed_time(end)
+            elif cuda:
+                assert start is not None and end is not None
+                start.record()
+                self.call(i)
+                end.record()
+                torch.cuda.synchronize(self.device)
+                wall_ns = time.perf_counter_ns() - t0
+                if self.log is not None:
+                    self.log.end()
+                    ms = wall = start.elapsed_time(end)  # the caller's stream only
+                else:
+                    ms, wall = start.elapsed_time(end), wall_ns / 1e6
+            else:
+                self.call(i)
+                ms = wall = (time.perf_counter_ns() - t0) / 1e6
+            if i >= warmup:
+                self.samples.append(ms)
+                self.walls.append(wall)
+            else:
+                warm.append(ms)
+                if i == warmup - 1:
+                    total = warmup + extend.count(warm)
+            i += 1
+        self.calls = total
 
 
 def _check_escape(

@@ -57,6 +57,11 @@ def resolve_device(name: str) -> Any:
             dev = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(dev)
         torch.cuda.init()
+    else:
+        # One intra-op thread in every worker (reference, candidate, warm spare): several
+        # workers share the cores, and a multi-threaded op whose threads get preempted
+        # stalls at its barrier, which made CPU timings swing by several times under load.
+        torch.set_num_threads(1)
     return dev
 
 
@@ -74,10 +79,14 @@ class ReferenceRole:
     def __init__(self, msg: dict[str, Any]) -> None:
         import torch
 
+        from kernelarc.problem.emulation import install as install_emulation
         from kernelarc.problem.inputs import load_reference_module
         from kernelarc.problem.schema import Definition
 
         self.device = resolve_device(msg["device"])
+        # Low-precision matmuls this device lacks (NVFP4 on Hopper/CPU) run emulated, decided
+        # per call; only here: candidates must bring their own kernels.
+        self.emulation = install_emulation()
         self.definition = Definition.model_validate(msg["definition"])
         self.problem_root = Path(msg["problem_root"]) if msg.get("problem_root") else None
         self.module = load_reference_module(self.definition)
@@ -153,6 +162,10 @@ class ReferenceRole:
             self.cache_bytes -= sum(t.numel() * t.element_size() for t in old)
         return {"ok": True, "cached": False, "notes": gen.notes}
 
+    def emulated(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The low-precision ops the reference has run emulated in this process so far."""
+        return {"ok": True, "ops": self.emulation.describe()}
+
     def compare(self, msg: dict[str, Any]) -> dict[str, Any]:
 
         from kernelarc.guard.compare import check_output
@@ -224,6 +237,9 @@ class ReferenceRole:
             iterations=int(msg["iterations"]),
             device=self.device,
             use_cupti=bool(msg.get("cupti")),
+            min_timed_ms=float(msg.get("min_timed_ms", 0.0)),
+            max_iterations=int(msg.get("max_iterations", 0)),
+            max_timed_ms=float(msg.get("max_timed_ms", 0.0)),
         )
         return {"ok": True, "summary": res.summary(), "samples_ms": res.samples_ms}
 
