@@ -395,15 +395,26 @@ def test_scripted_step_must_return_a_proposal(problem: Problem) -> None:
 
 
 def test_registry() -> None:
-    assert set(available_agents()) == {"reference", "compiler"}
+    from kernelarc.proposers.registry import DEFAULT_AGENTS
+
+    expected = {
+        "reference",
+        "compiler",
+        "rewrite",
+        "precision",
+        "cuda-graph",
+        "gemm-tables",
+        "tuner",
+    }
+    assert set(available_agents()) == expected and set(DEFAULT_AGENTS) == expected
     agents = make_agents(["compiler", "reference"])
     assert [type(a) for a in agents] == [CompilerAgent, ReferenceAgent]
     assert [a.name for a in agents] == ["compiler", "reference"]
     assert make_agents(["reference"])[0] is not make_agents(["reference"])[0]
-    with pytest.raises(KernelArcError, match="available agents: compiler, reference"):
+    with pytest.raises(KernelArcError, match="available agents: compiler, cuda-graph, gemm-"):
         make_agents(["reference", "gpt"])
     with pytest.raises(KernelArcError, match="given twice"):
         make_agents(["compiler", "compiler"])
     described = dict(describe())
-    assert set(described) == {"reference", "compiler"}
+    assert set(described) == expected
     assert all(text and "\n" not in text for text in described.values())

@@ -8,6 +8,7 @@ conformance checks for any agent: ``kernelarc.agents.conformance``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
 
@@ -17,6 +18,12 @@ class Agent(ABC):
 
     name: str
     strategy: str
+    priority: ClassVar[int] = 0
+    """Order of judging among proposals that are ready at the same time (higher first)."""
+    waits_for_board: ClassVar[bool] = False
+    """True for strategies that build on other agents' incumbents: a None from
+    :meth:`propose` then means "nothing yet", and the orchestrator asks again once the board
+    has changed, instead of retiring the agent."""
 
     @abstractmethod
     def propose(self, context: AgentContext) -> Proposal | None:

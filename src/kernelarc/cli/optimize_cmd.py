@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,6 +13,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelarc.errors import KernelArcError
+from kernelarc.proposers.registry import DEFAULT_AGENTS
+
+if TYPE_CHECKING:
+    from kernelarc.orchestration.config import RunConfig
+    from kernelarc.problem.schema import Solution
+
+SEED_AGENT = "seed"
+"""The name of the agent ``--seed-solution`` adds (recorded in the run's agents)."""
 
 _SHOWN = {
     "evaluated",
@@ -35,7 +43,7 @@ def optimize_command(
     problem_dir: Annotated[Path, typer.Argument(help="problem directory")],
     agents: Annotated[
         str, typer.Option(help="comma-separated agent names (see `kernelarc agents`)")
-    ] = "reference,compiler",
+    ] = ",".join(DEFAULT_AGENTS),
     budget: Annotated[int, typer.Option(help="candidates judged in all")] = 16,
     budget_per_agent: Annotated[int | None, typer.Option(help="cap per agent")] = None,
     time_limit: Annotated[float | None, typer.Option(help="seconds for the search")] = None,
@@ -68,6 +76,14 @@ def optimize_command(
     json_out: Annotated[
         bool, typer.Option("--json", help="print the final status as JSON")
     ] = False,
+    seed_solution: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--seed-solution",
+            help="a solution.json to judge as a candidate of its own (repeatable); "
+            "the tuner refines Triton seeds",
+        ),
+    ] = None,
 ) -> None:
     """Search for a faster, verified solution of PROBLEM_DIR with several agents under a
     fixed candidate budget. Writes the run directory (store, traces, best/solution.json)."""
@@ -93,6 +109,7 @@ def optimize_command(
             full_iterations,
             full_warmup,
             err,
+            seed_solutions=seed_solution or [],
         )
     except KernelArcError as e:
         err.print(f"[red]error:[/] {escape(str(e))}")
@@ -124,6 +141,7 @@ def _optimize(
     full_iterations: int,
     full_warmup: int,
     err: Console,
+    seed_solutions: list[Path] | None = None,
 ) -> dict[str, Any]:
     from pydantic import ValidationError
 
@@ -138,6 +156,7 @@ def _optimize(
     from kernelarc.store.sqlite import SQLiteStore
 
     problem = load_problem(problem_dir)
+    seeds = _load_seeds(seed_solutions or [], problem.definition.name)
     if run_dir is None:
         if resume:
             raise KernelArcError("--resume needs --run-dir DIR (the run to continue)")
@@ -183,7 +202,12 @@ def _optimize(
             err.print(
                 f"resuming {run_dir} (budget {config.budget}, agents {','.join(config.agents)})"
             )
-        agents = make_agents(config.agents)
+        config = _seed_config(config, bool(seeds), resume)
+        agents = make_agents([n for n in config.agents if n != SEED_AGENT])
+        if seeds:
+            from kernelarc.proposers.seed import SeedAgent
+
+            agents.append(SeedAgent(seeds, name=SEED_AGENT))
         gcfg = GuardConfig(device=config.device, timeout=config.timeout_s, seed=config.seed)
         with Guard(problem, gcfg) as guard:
             bounds, warnings = workload_bounds(problem.definition, problem.workloads, guard.device)
@@ -207,6 +231,52 @@ def _optimize(
             return orch.run()
     finally:
         store.close()
+
+
+def _seed_config(config: RunConfig, seeded: bool, resume: bool) -> RunConfig:
+    """``config`` with the seed agent recorded in its agents (so that ``status`` lists it
+    and a resumed run counts its candidates); refuses mixing seeded and unseeded runs."""
+    from kernelarc.orchestration.config import RunConfig
+
+    listed = SEED_AGENT in config.agents
+    if not resume:
+        if listed:
+            raise KernelArcError(
+                f"{SEED_AGENT!r} is not an --agents name: give seed files with --seed-solution"
+            )
+        if not seeded:
+            return config
+        data = config.model_dump(mode="json")
+        return RunConfig.model_validate({**data, "agents": [*config.agents, SEED_AGENT]})
+    if listed and not seeded:
+        raise KernelArcError(
+            "this run was started with --seed-solution: resume it with the same files"
+        )
+    if seeded and not listed:
+        raise KernelArcError(
+            "this run was started without --seed-solution: seeds cannot be added on resume"
+        )
+    return config
+
+
+def _load_seeds(paths: list[Path], definition: str) -> list[Solution]:
+    """The ``--seed-solution`` files as Solutions; a file that does not load or is for
+    another definition is a KernelArcError naming it."""
+    from kernelarc.problem.loader import load_solution
+
+    seeds = []
+    for path in paths:
+        try:
+            sol = load_solution(path)
+        except KernelArcError as e:
+            raise KernelArcError(f"--seed-solution {path} does not load: {e}") from None
+        if sol.definition != definition:
+            raise KernelArcError(
+                f"--seed-solution {path}: its definition is {sol.definition!r}, "
+                f"not this problem's {definition!r}"
+            )
+        seeds.append(sol)
+    return seeds
 
 
 def _progress(kind: str, payload: dict[str, Any], err: Console) -> None:

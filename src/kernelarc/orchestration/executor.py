@@ -28,6 +28,10 @@ class Executor(ABC):
     def shutdown(self) -> None: ...
 
 
+#: How long to wait, after the first proposal is ready, for others finishing together.
+GRACE_S = 0.05
+
+
 class LocalExecutor(Executor):
     def __init__(self, workers: int) -> None:
         self._pool = ThreadPoolExecutor(
@@ -38,7 +42,11 @@ class LocalExecutor(Executor):
         return self._pool.submit(fn, *args)
 
     def wait_any(self, futures: Iterable[Future[Any]], timeout: float | None) -> set[Future[Any]]:
-        done, _ = wait(list(futures), timeout=timeout, return_when=FIRST_COMPLETED)
+        pending = list(futures)
+        done, rest = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+        if done and rest:  # proposals finishing together are judged by priority, not race
+            more, _ = wait(rest, timeout=GRACE_S)
+            done |= more
         return set(done)
 
     def shutdown(self) -> None:

@@ -66,6 +66,10 @@ class Orchestrator:
         self.used = 0
         self.per_agent: dict[str, int] = {n: 0 for n in self.agents}
         self.retired: set[str] = set()
+        self.waiting: dict[str, int] = {}
+        """Agents (``waits_for_board``) that had nothing to propose: the board version they
+        saw; asked again once the board has changed."""
+        self.asked: dict[str, int] = {}
         self.errors: dict[str, int] = {n: 0 for n in self.agents}
         self.started = time.monotonic()
         self.interrupted = False
@@ -90,10 +94,14 @@ class Orchestrator:
             while self._budget_left() > 0 and self._time_left() > 0:
                 for name in self._idle(inflight):
                     ctx = self._context(name)
+                    self.asked[name] = self.board.version
                     inflight[self.executor.submit(self.agents[name].propose, ctx)] = name
                 if not inflight:
                     break
-                for fut in self.executor.wait_any(inflight, timeout=self._time_left()):
+                done = self.executor.wait_any(inflight, timeout=self._time_left())
+                # Proposals ready together are judged by the strategies' priority: under a
+                # time limit the likeliest wins are measured first.
+                for fut in sorted(done, key=lambda f: -self._priority(inflight[f])):
                     self._tell(inflight.pop(fut), fut)
         except KeyboardInterrupt:
             self.interrupted = True
@@ -112,6 +120,9 @@ class Orchestrator:
         self.event("search_stopped", {"reason": reason, "used": self.used})
         return finish(self)
 
+    def _priority(self, name: str) -> int:
+        return int(getattr(self.agents[name], "priority", 0))
+
     def _idle(self, inflight: dict[Future[Any], str]) -> list[str]:
         busy = set(inflight.values())
         room = self._budget_left() - len(inflight)
@@ -120,6 +131,10 @@ class Orchestrator:
             cap = self.config.budget_per_agent
             if name in busy or name in self.retired or (cap and self.per_agent[name] >= cap):
                 continue
+            if name in self.waiting:
+                if self.waiting[name] == self.board.version:
+                    continue
+                del self.waiting[name]
             if len(out) >= room:
                 break
             out.append(name)
@@ -174,6 +189,15 @@ class Orchestrator:
                 self.event("agent_retired", {"agent": name, "why": "errors"})
             return
         if proposal is None:
+            others = set(self.agents) - self.retired - set(self.waiting) - {name}
+            if (
+                self.config.board
+                and getattr(self.agents[name], "waits_for_board", False)
+                and others
+            ):
+                self.waiting[name] = self.asked.get(name, self.board.version)
+                self.event("agent_waiting", {"agent": name, "board_version": self.waiting[name]})
+                return
             self.retired.add(name)
             self.event("agent_retired", {"agent": name, "why": "nothing to try"})
             return

@@ -12,10 +12,10 @@ destination-passing, one file ``solution.py``) and conclude from the guard's ver
 short claim, the measured effect by workload class (small/large by the median of the first
 ``var`` axis) and an outcome.
 
-Not covered here (listed in the design as later built-ins): CUDA-graph capture, GEMM
-library tables (TunableOp), precision policies, rewrites to fused library calls and launch
-parameter tuning of Triton candidates. The compiled variants compile the *reference*; they
-do not compile other agents' candidates.
+Not covered here: the other built-ins live in their own modules (``precision``,
+``cudagraph``, ``gemm_tables``, ``rewrite/``, ``tuner``; ``wrap`` builds solutions around
+another solution). The compiled variants compile the *reference*; they do not compile other
+agents' candidates.
 """
 
 from __future__ import annotations
@@ -179,6 +179,7 @@ class ReferenceAgent(Agent):
 
     name = "reference"
     strategy = "reference"
+    priority: ClassVar[int] = -10  # the baseline: the guard times the reference anyway
     description: ClassVar[str] = (
         "the problem's reference code as a solution, once: the correct eager baseline"
     )
@@ -318,6 +319,7 @@ class CompilerAgent(Agent):
 
     name = "compiler"
     strategy = "compiler"
+    priority: ClassVar[int] = 30
     description: ClassVar[str] = (
         "torch.compile of the reference, one Inductor mode/options configuration per call"
     )

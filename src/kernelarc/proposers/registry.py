@@ -1,8 +1,11 @@
 """The built-in agents by name: what ``--agents reference,compiler`` resolves to.
 
-Covered: the model-free built-ins of :mod:`kernelarc.proposers.builtin`. Not covered:
-LLM-backed agents and the test-only :class:`~kernelarc.proposers.scripted.ScriptedAgent`
-(construct those directly).
+Covered: the model-free built-ins (reference and compiler in
+:mod:`kernelarc.proposers.builtin`, precision, cuda-graph, gemm-tables, rewrite, tuner). Not
+covered: LLM-backed agents, the seed agent (it needs the user's solutions: ``optimize
+--seed-solution``) and the test-only :class:`~kernelarc.proposers.scripted.ScriptedAgent`
+(construct those directly). Every registered agent is run through
+:func:`kernelarc.agents.conformance.check_agent` in the tests.
 """
 
 from __future__ import annotations
@@ -12,8 +15,23 @@ from collections.abc import Callable, Sequence
 from kernelarc.agents.base import Agent
 from kernelarc.errors import KernelArcError
 from kernelarc.proposers.builtin import CompilerAgent, ReferenceAgent
+from kernelarc.proposers.cudagraph import CudaGraphAgent
+from kernelarc.proposers.gemm_tables import GemmTablesAgent
+from kernelarc.proposers.precision import PrecisionAgent
+from kernelarc.proposers.rewrite import RewriteAgent
+from kernelarc.proposers.tuner import TunerAgent
 
-_BUILTINS: tuple[type[ReferenceAgent] | type[CompilerAgent], ...] = (ReferenceAgent, CompilerAgent)
+_BUILTINS: tuple[type[Agent], ...] = (
+    ReferenceAgent,
+    CompilerAgent,
+    RewriteAgent,
+    PrecisionAgent,
+    CudaGraphAgent,
+    GemmTablesAgent,
+    TunerAgent,
+)
+#: What ``kernelarc optimize`` runs when ``--agents`` is not given: every built-in.
+DEFAULT_AGENTS: tuple[str, ...] = tuple(cls.name for cls in _BUILTINS)
 
 
 def available_agents() -> dict[str, Callable[[], Agent]]:
@@ -39,7 +57,7 @@ def make_agents(names: Sequence[str]) -> list[Agent]:
 
 def describe() -> list[tuple[str, str]]:
     """(name, one-line description) of every built-in agent, in registry order."""
-    return [(cls.name, cls.description) for cls in _BUILTINS]
+    return [(cls.name, str(getattr(cls, "description", ""))) for cls in _BUILTINS]
 
 
-__all__ = ["available_agents", "describe", "make_agents"]
+__all__ = ["DEFAULT_AGENTS", "available_agents", "describe", "make_agents"]

@@ -1,0 +1,237 @@
+"""Issue 4's benchmark: `kernelarc optimize` with the default built-in agents on a GPU.
+
+    python benchmarks/agents_h200.py --problems ROOT [--only 007,002,...] [--budget 16]
+        [--time-limit 240] [--compile-sample 3] [--out DIR]
+
+For each problem (default: the six of issue 4) this runs the real CLI in a subprocess,
+``kernelarc optimize PROBLEM --device cuda --budget B --time-limit T --json``, then reads
+the run's store: the final full evaluation of ``best/solution.json`` gives, per workload,
+the latency, the eager reference's latency (timed in the same guard session) and the H200
+bound. torch.compile of the reference (default options, ``dynamic=False``: the guard's
+baseline) is timed in one more guard session on ``--compile-sample`` workloads spread over
+the input sizes (all workloads with ``--compile-sample 0``): compiling per shape is what
+makes it costly. Results go to ``OUT/agents_bench.json`` after every problem, so a
+truncated call keeps what finished. Prints a short table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from kernelarc.guard.evaluator import Guard, GuardConfig  # noqa: E402
+from kernelarc.problem.inputs import estimate_input_bytes  # noqa: E402
+from kernelarc.problem.loader import load_problem, load_solution  # noqa: E402
+from kernelarc.store.sqlite import SQLiteStore  # noqa: E402
+
+SIX = {
+    "007": "FlashInfer-Bench/007_gemm_n4096_k4096",
+    "002": "FlashInfer-Bench/002_fused_add_rmsnorm_h4096",
+    "L1-017": "L1/017_moe_expert_swiglu_with_down_projection_backward",
+    "L2-002": "L2/002_decoder_layer_full_block",
+    "Q-001": "Quant/001_fp8_attention_output_projection",
+    "L2-025": "L2/025_moe_expert_parallel_execution_backward",
+}
+BIG_BOUND_MS = 0.020
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def optimize(problem_dir: Path, run_dir: Path, budget: int, limit: float) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "kernelarc.cli.main",
+        "optimize",
+        str(problem_dir),
+        "--device",
+        "cuda",
+        "--budget",
+        str(budget),
+        "--time-limit",
+        str(limit),
+        "--run-dir",
+        str(run_dir),
+        "--json",
+    ]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    wall = time.monotonic() - t0
+    (run_dir / "optimize.stderr.log").write_text(proc.stderr)
+    try:
+        status = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        status = {"error": f"exit {proc.returncode}", "stderr_tail": proc.stderr[-1500:]}
+    return {"wall_s": wall, "exit": proc.returncode, "status": status}
+
+
+def trajectory(store: SQLiteStore) -> list[dict[str, Any]]:
+    """Every judged candidate: agent, stage, verdict, first failure, the agent's claim."""
+    claims = {c.candidate_id: c.claim for c in store.conclusions()}
+    rows = []
+    for e in store.evaluations():
+        bad = [r for r in e.result.per_workload if r.status != "PASSED"]
+        rows.append(
+            {
+                "candidate": e.candidate_id,
+                "agent": e.result.agent,
+                "stage": e.stage,
+                "passed": e.result.passed,
+                "score": e.result.score,
+                "stopped_early": e.result.stopped_early,
+                "failure": (bad[0].status + ": " + bad[0].log[:300]) if bad else None,
+                "claim": claims.get(e.candidate_id),
+            }
+        )
+    return rows
+
+
+def best_results(run_dir: Path) -> dict[str, Any]:
+    store = SQLiteStore(run_dir / "store.sqlite", readonly=True)
+    events = store.events("best")
+    if not events:
+        return {"trajectory": trajectory(store)}
+    cid = str(events[-1].payload.get("candidate"))
+    full = [e for e in store.evaluations(cid) if e.stage == "full"]
+    cand = store.candidate(cid)
+    agents = [(c.agent, c.id) for c in store.candidates()]
+    per = full[-1].result.per_workload if full else ()
+    return {
+        "candidate": cid,
+        "agent": cand.agent if cand else None,
+        "parents": cand.parent_id if cand else None,
+        "description": cand.solution.description if cand else "",
+        "per_workload": [
+            {
+                "uuid": r.uuid,
+                "axes": r.axes,
+                "status": r.status,
+                "latency_ms": r.latency_ms,
+                "reference_ms": r.reference_ms,
+                "bound_ms": r.bound_ms,
+            }
+            for r in per
+        ],
+        "candidates_by_agent": {a: sum(1 for x, _ in agents if x == a) for a, _ in agents},
+        "trajectory": trajectory(store),
+    }
+
+
+def compile_baseline(problem_dir: Path, best: Path, sample: int) -> dict[str, Any]:
+    problem = load_problem(problem_dir)
+    wls = sorted(problem.workloads, key=lambda w: estimate_input_bytes(problem.definition, w))
+    if sample and len(wls) > sample:
+        idx = sorted({round(i * (len(wls) - 1) / (sample - 1)) for i in range(sample)})
+        wls = [wls[i] for i in idx]
+    cfg = GuardConfig(device="cuda", time_compiled_reference=True, warm_spare=False)
+    t0 = time.monotonic()
+    with Guard(problem, cfg) as guard:
+        res = guard.evaluate(load_solution(best), wls)
+    out = []
+    for o in res.outcomes:
+        comp = (o.compiled_reference or {}).get("median_ms")
+        out.append(
+            {
+                "uuid": o.workload.uuid,
+                "status": o.status.value,
+                "latency_ms": o.latency_ms,
+                "reference_ms": o.reference_ms,
+                "compiled_ms": comp,
+                "notes": [n[:300] for n in o.notes],
+            }
+        )
+    return {"wall_s": time.monotonic() - t0, "workloads": out}
+
+
+def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
+    per = (r.get("best") or {}).get("per_workload") or []
+    ok = [w for w in per if w["status"] == "PASSED" and w["latency_ms"]]
+    vs_eager = geomean([w["reference_ms"] / w["latency_ms"] for w in ok if w["reference_ms"]])
+    frac = geomean([w["bound_ms"] / w["latency_ms"] for w in ok if w["bound_ms"]])
+    big = [w for w in ok if (w["bound_ms"] or 0) >= BIG_BOUND_MS]
+    frac_big = geomean([w["bound_ms"] / w["latency_ms"] for w in big])
+    comp = [
+        w
+        for w in (r.get("compile") or {}).get("workloads", [])
+        if w["status"] == "PASSED" and w["compiled_ms"] and w["latency_ms"]
+    ]
+    vs_compile = geomean([w["compiled_ms"] / w["latency_ms"] for w in comp])
+    return {
+        "problem": name,
+        "correct": f"{len(ok)}/{len(per)}" if per else "no best",
+        "vs_eager": vs_eager,
+        "vs_compile": vs_compile,
+        "compile_n": len(comp),
+        "frac_bound": frac,
+        "frac_bound_big": frac_big,
+        "big_n": len(big),
+        "winner": (r.get("best") or {}).get("agent"),
+        "wall_s": r["optimize"]["wall_s"] + (r.get("compile") or {}).get("wall_s", 0.0),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--problems", type=Path, required=True)
+    ap.add_argument("--only", default=",".join(SIX))
+    ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--time-limit", type=float, default=240.0)
+    ap.add_argument("--compile-sample", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=Path("agents_bench"))
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {}
+    for key in args.only.split(","):
+        problem_dir = args.problems / SIX.get(key, key)
+        run_dir = args.out / "runs" / key
+        r: dict[str, Any] = {"problem_dir": str(problem_dir)}
+        r["optimize"] = optimize(problem_dir, run_dir, args.budget, args.time_limit)
+        r["best"] = best_results(run_dir)
+        best = run_dir / "best" / "solution.json"
+        if best.exists() and args.compile_sample >= 0:
+            try:
+                r["compile"] = compile_baseline(problem_dir, best, args.compile_sample)
+            except Exception as e:  # recorded, and the table says "no compile baseline"
+                r["compile"] = {"error": f"{type(e).__name__}: {e}"[:1000], "workloads": []}
+        r["summary"] = summarize(key, r)
+        results[key] = r
+        (args.out / "agents_bench.json").write_text(json.dumps(results, indent=1, default=str))
+        print(json.dumps(r["summary"], default=str), flush=True)
+    rows = [r["summary"] for r in results.values()]
+
+    def f(x: float | None, pct: bool = False) -> str:
+        return "-" if x is None else (f"{x:.1%}" if pct else f"{x:.2f}x")
+
+    print(
+        f"\n{'problem':8s} {'correct':>8s} {'vs eager':>9s} {'vs compile':>11s} "
+        f"{'bound':>7s} {'bound>=20us':>12s} {'winner':>12s} {'wall s':>7s}"
+    )
+    for s in rows:
+        comp = f"{f(s['vs_compile'])} ({s['compile_n']})"
+        print(
+            f"{s['problem']:8s} {s['correct']:>8s} {f(s['vs_eager']):>9s} {comp:>11s} "
+            f"{f(s['frac_bound'], True):>7s} {f(s['frac_bound_big'], True):>12s} "
+            f"{str(s['winner']):>12s} {s['wall_s']:7.0f}"
+        )
+    print(
+        f"geomean  vs eager {f(geomean([s['vs_eager'] or 0 for s in rows]))}, vs compile "
+        f"{f(geomean([s['vs_compile'] or 0 for s in rows]))}, bound "
+        f"{f(geomean([s['frac_bound'] or 0 for s in rows]), True)}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""The built-in ``rewrite`` agent: the reference's fx graph rewritten into fused library calls.
+
+Plan (a deterministic function of the definition, the workloads' axes and the verdicts):
+first every family that applies, together (see :mod:`.rewrites`); if that candidate
+fails, each family alone, then the union of the families that passed alone. A passing
+full set ends the plan. Every candidate is a real one-file PyTorch solution: the
+rewritten graph as plain source (:mod:`.codegen`).
+
+``propose`` returns None (and no candidate, so no conclusion is written) when the
+reference cannot be traced, when its graph cannot be propagated on meta tensors or
+emitted, when no rewrite that gains at run time applies, and when the plan is spent; the
+reason is kept in :attr:`RewriteAgent.skipped` and logged (``logging`` at INFO). On a
+draft request the agent has no other approach: it proposes its next planned set.
+
+Not covered: rewriting other agents' candidates, FP8 ``_scaled_mm`` and MoE grouped GEMM
+(see :mod:`.rewrites`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import ClassVar
+
+from kernelarc.agents.base import Agent
+from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
+from kernelarc.proposers.builtin import (
+    WorkloadClasses,
+    clip,
+    effect_by_class,
+    failure_summary,
+    geomean,
+    make_solution,
+    outcome_of,
+)
+from kernelarc.proposers.rewrite.codegen import CodegenError
+from kernelarc.proposers.rewrite.rewrites import (
+    FAMILIES,
+    RewriteError,
+    apply_families,
+    solution_source,
+)
+from kernelarc.proposers.rewrite.trace import UntraceableError
+
+log = logging.getLogger(__name__)
+ENTRY = "run"
+
+
+class RewriteAgent(Agent):
+    """Proposes the reference rewritten by fx patterns; returns None when nothing applies
+    or the reference does not trace (see the module docstring)."""
+
+    name = "rewrite"
+    strategy = "rewrite"
+    priority: ClassVar[int] = 20
+    description: ClassVar[str] = (
+        "torch.fx rewrites of the reference into fused library calls (SDPA, rms_norm/"
+        "layer_norm, silu/gelu, redundant casts)"
+    )
+
+    def __init__(self) -> None:
+        self.skipped: str | None = None
+        self._families: list[str] | None = None
+        self._tried: list[dict[str, object]] = []
+        self._baseline_ms: dict[str, float] = {}
+        self._classes = WorkloadClasses(axis=None, median=None)
+
+    # ------------------------------------------------------------------ planning
+    def _skip(self, reason: str) -> None:
+        self.skipped = reason
+        log.info("rewrite agent proposes nothing: %s", reason)
+
+    def _analyse(self, context: AgentContext) -> list[str] | None:
+        try:
+            full = apply_families(context.definition, context.workloads, FAMILIES)
+        except (UntraceableError, RewriteError, CodegenError) as e:
+            self._skip(str(e))
+            return None
+        if not full.families:
+            self._skip("no rewrite that gains at run time applies to the reference's graph")
+            return None
+        return list(full.families)
+
+    def next_set(self) -> list[str] | None:
+        """The next family set of the plan (None when it is spent)."""
+        fams = self._families or []
+        tried = [t["families"] for t in self._tried]
+        if not fams:
+            return None
+        if not tried:
+            return fams
+        if self._tried[0]["passed"] is not False or len(fams) == 1:
+            return None
+        for f in fams:
+            if [f] not in tried:
+                return [f]
+        passed = [
+            f
+            for f in fams
+            if any(t["families"] == [f] and t["passed"] is True for t in self._tried)
+        ]
+        if len(passed) >= 2 and passed not in tried:
+            return passed
+        return None
+
+    # ------------------------------------------------------------------ ask / tell
+    def propose(self, context: AgentContext) -> Proposal | None:
+        if self.skipped is not None:
+            return None
+        definition = context.definition
+        if self._families is None:
+            self._families = self._analyse(context)
+            if self._families is None:
+                return None
+        chosen = self.next_set()
+        if chosen is None:
+            return None
+        try:
+            rewritten = apply_families(definition, context.workloads, chosen)
+            source = solution_source(definition, rewritten)
+        except (UntraceableError, RewriteError, CodegenError) as e:
+            self._skip(f"families {chosen}: {e}")
+            return None
+        self._classes = WorkloadClasses.of(definition, context.workloads)
+        self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
+        label = rewritten.label()
+        self._tried.append({"families": chosen, "label": label, "passed": None})
+        n = len(self._tried)
+        exact = "bit-exact" if rewritten.exact else "same function, rounding may differ"
+        solution = make_solution(
+            definition,
+            agent=self.name,
+            name=f"{definition.name}-rewrite-{'+'.join(chosen)}-{n}",
+            description=f"The reference's fx graph with {label} ({exact}).",
+            source=source,
+            entry=ENTRY,
+        )
+        return Proposal(
+            solution=solution,
+            hypothesis=f"Rewriting the reference graph ({label}; {exact}) replaces chains of "
+            "eager kernels by fused library calls, cutting launches and memory traffic.",
+            parent_id=context.incumbent.candidate_id if context.incumbent else None,
+            mode="draft" if context.must_draft else "refine",
+            tags=("rewrite", *chosen),
+        )
+
+    def observe(self, result: CandidateResult) -> Conclusion:
+        entry = self._tried[-1] if self._tried else None
+        if entry is not None and entry["passed"] is None:
+            entry["passed"] = bool(result.passed)
+        label = str(entry["label"]) if entry else "unknown rewrites"
+        families = [str(f) for f in entry["families"]] if entry else []  # type: ignore[attr-defined]
+        effect = effect_by_class(result.per_workload, self._classes, self._baseline_ms)
+        overall = geomean(list(effect.values()))
+        n = len(result.per_workload)
+        head = f"fx rewrite of the reference ({label})"
+        if result.passed:
+            score = f"{result.score:.2f}x" if result.score is not None else "unmeasured speedup"
+            claim = f"{head}: passed, {score} over eager on {n}/{n} workloads"
+            if self._baseline_ms and overall is not None:
+                claim += f"; {overall:.2f}x vs own previous best"
+        else:
+            claim = f"{head}: {failure_summary(result)}"
+            if len(families) > 1:
+                claim += "; next: each rewrite family alone"
+        if result.stage == "screen":
+            claim += " (screening stage only)"
+        return Conclusion(
+            agent=self.name,
+            strategy=self.strategy,
+            candidate_id=result.candidate_id,
+            claim=clip(claim),
+            effect=effect,
+            tags=("rewrite", *families),
+            outcome=outcome_of(result, overall),
+        )
+
+    # ------------------------------------------------------------------ state
+    def state(self) -> dict[str, object]:
+        return {
+            "skipped": self.skipped,
+            "families": list(self._families) if self._families is not None else None,
+            "tried": [dict(t) for t in self._tried],
+            "baseline_ms": dict(self._baseline_ms),
+            "classes": {"axis": self._classes.axis, "median": self._classes.median},
+        }
+
+    def restore(self, state: dict[str, object]) -> None:
+        skipped, families = state.get("skipped"), state.get("families")
+        tried, base = state.get("tried", []), state.get("baseline_ms", {})
+        classes = state.get("classes", {})
+        if skipped is not None and not isinstance(skipped, str):
+            raise ValueError(f"rewrite agent state: 'skipped' must be a string, got {skipped!r}")
+        if families is not None and (
+            not isinstance(families, list) or any(f not in FAMILIES for f in families)
+        ):
+            raise ValueError(f"rewrite agent state: bad 'families' {families!r}")
+        if not isinstance(tried, list) or not isinstance(base, dict):
+            raise ValueError("rewrite agent state: 'tried' must be a list, 'baseline_ms' an object")
+        if not isinstance(classes, dict):
+            raise ValueError("rewrite agent state: 'classes' must be an object")
+        checked: list[dict[str, object]] = []
+        for t in tried:
+            if not isinstance(t, dict) or set(t) != {"families", "label", "passed"}:
+                raise ValueError(f"rewrite agent state: bad 'tried' entry {t!r}")
+            fams, label, passed = t["families"], t["label"], t["passed"]
+            if not isinstance(fams, list) or any(f not in FAMILIES for f in fams):
+                raise ValueError(f"rewrite agent state: bad families in {t!r}")
+            if not isinstance(label, str) or passed not in (None, True, False):
+                raise ValueError(f"rewrite agent state: bad label/passed in {t!r}")
+            checked.append({"families": [str(f) for f in fams], "label": label, "passed": passed})
+        axis, median = classes.get("axis"), classes.get("median")
+        if axis is not None and not isinstance(axis, str):
+            raise ValueError(f"rewrite agent state: bad classes axis {axis!r}")
+        if median is not None and not isinstance(median, int):
+            raise ValueError(f"rewrite agent state: bad classes median {median!r}")
+        try:
+            baseline = {str(k): float(v) for k, v in base.items()}
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"rewrite agent state: bad 'baseline_ms' ({e})") from e
+        self.skipped = skipped
+        self._families = [str(f) for f in families] if families is not None else None
+        self._tried = checked
+        self._baseline_ms = baseline
+        self._classes = WorkloadClasses(axis=axis, median=median)
+
+
+__all__ = ["ENTRY", "RewriteAgent"]

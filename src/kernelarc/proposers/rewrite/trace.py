@@ -1,0 +1,248 @@
+"""Tracing a reference's ``run`` with ``torch.fx`` and propagating facts over workloads.
+
+- :func:`trace_reference` loads the reference module and symbolically traces ``run``
+  (``torch.fx.symbolic_trace``: inputs are proxies, ``.shape`` reads become graph nodes).
+  It raises :class:`UntraceableError` with a readable reason when fx cannot trace it
+  (Python control flow on tensor values or shapes, loops over proxies, item assignment,
+  unknown decorators) or when the graph holds frozen tensor constants (``get_attr``), which
+  could only be emitted as pickles.
+- :func:`propagate` runs the graph on *meta* tensors (no memory, no compute) for the shapes
+  of several workloads and records, per node and workload, the tensor's shape, dtype and
+  contiguity, or the Python value of a non-tensor node. Rewrites only fire when the facts
+  they need hold on every propagated workload.
+
+Not covered: concrete-shape tracing (references whose control flow depends on shapes);
+scalar inputs are given neutral stand-in values during propagation (the agent is shown
+axes, not the workloads' scalar values), so a reference whose *shapes* depend on a scalar
+input may fail to propagate, which is reported as untraceable.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kernelarc.problem.axes import AxisError, resolve_axes, resolve_shape
+from kernelarc.problem.schema import Definition, Workload
+
+if TYPE_CHECKING:
+    import torch
+    import torch.fx
+
+#: Decorators of ``run`` that are re-applied to the emitted ``run`` (anything else: refused).
+KNOWN_DECORATORS = ("torch.no_grad()", "torch.inference_mode()")
+#: At most this many distinct workload shapes are propagated.
+MAX_PROPAGATED = 8
+_SCALAR_STANDIN: dict[str, Any] = {"bool": False}
+
+
+class UntraceableError(Exception):
+    """The reference cannot be traced (or its graph cannot be analysed); ``str`` says why."""
+
+
+@dataclass(frozen=True)
+class TensorFact:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    contiguous: bool
+
+
+@dataclass
+class Facts:
+    """Per node, one recorded value per propagated workload (a TensorFact or a Python value)."""
+
+    runs: int
+    values: dict[torch.fx.Node, list[Any]] = field(default_factory=dict)
+
+    def tensors(self, node: Any) -> list[TensorFact] | None:
+        """The node's tensor facts on every run, or None when it is not always a tensor."""
+        vals = self.values.get(node) if _is_node(node) else None
+        if vals is None or len(vals) != self.runs:
+            return None
+        if not all(isinstance(v, TensorFact) for v in vals):
+            return None
+        return list(vals)
+
+    def dtype(self, node: Any) -> torch.dtype | None:
+        """The node's dtype when it is a tensor of one dtype on every run."""
+        ts = self.tensors(node)
+        if not ts or len({t.dtype for t in ts}) != 1:
+            return None
+        return ts[0].dtype
+
+    def ndim(self, node: Any) -> int | None:
+        ts = self.tensors(node)
+        if not ts or len({len(t.shape) for t in ts}) != 1:
+            return None
+        return len(ts[0].shape)
+
+    def constant(self, node: Any) -> Any:
+        """The node's Python value when it is the same non-tensor on every run (a literal
+        argument is its own constant); raises KeyError otherwise."""
+        if not _is_node(node):
+            return node
+        vals = self.values.get(node)
+        if vals is None or len(vals) != self.runs or any(isinstance(v, TensorFact) for v in vals):
+            raise KeyError(node)
+        first = vals[0]
+        if any(type(v) is not type(first) or v != first for v in vals[1:]):
+            raise KeyError(node)
+        return first
+
+    def is_scalar(self, node: Any) -> bool:
+        """A Python number (a literal or a node that is a float/int on every run)."""
+        if not _is_node(node):
+            return isinstance(node, int | float) and not isinstance(node, bool)
+        vals = self.values.get(node)
+        return (
+            vals is not None
+            and len(vals) == self.runs
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in vals)
+        )
+
+
+def _is_node(x: Any) -> bool:
+    import torch.fx
+
+    return isinstance(x, torch.fx.Node)
+
+
+def run_decorators(source: str) -> list[str]:
+    """The decorator expressions of the top-level ``run`` (as source text)."""
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "run":
+            return [ast.unparse(d) for d in node.decorator_list]
+    raise UntraceableError("the reference has no top-level function run")
+
+
+def trace_reference(definition: Definition) -> torch.fx.GraphModule:
+    """``run`` of the reference as an fx GraphModule (see the module docstring)."""
+    import torch.fx
+
+    from kernelarc.problem.inputs import load_reference_module
+
+    unknown = [d for d in run_decorators(definition.reference) if d not in KNOWN_DECORATORS]
+    if unknown:
+        raise UntraceableError(f"run has decorators fx tracing would drop: {', '.join(unknown)}")
+    module = load_reference_module(definition, name="kernelarc_rewrite_reference")
+    run = getattr(module, "run", None)
+    if not callable(run):
+        raise UntraceableError("the reference defines no callable run")
+    try:
+        gm = torch.fx.symbolic_trace(run)
+    except Exception as e:  # fx raises TraceError, TypeError, ... depending on the construct
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise UntraceableError(f"torch.fx cannot trace run ({type(e).__name__}: {first})") from e
+    consts = [n.target for n in gm.graph.nodes if n.op == "get_attr"]
+    if consts:
+        raise UntraceableError(
+            f"run creates {len(consts)} tensor constant(s) from literals; fx freezes them "
+            "into the graph and they cannot be emitted without pickles"
+        )
+    placeholders = [n.target for n in gm.graph.nodes if n.op == "placeholder"]
+    if placeholders != list(definition.inputs):
+        raise UntraceableError(
+            f"run's parameters {placeholders} differ from the definition's inputs "
+            f"{list(definition.inputs)}"
+        )
+    return gm
+
+
+def pick_workloads(workloads: Sequence[dict[str, int]]) -> list[dict[str, int]]:
+    """Distinct axes dicts, at most :data:`MAX_PROPAGATED`, spread from smallest to largest."""
+    distinct: list[dict[str, int]] = []
+    for w in workloads:
+        if w not in distinct:
+            distinct.append(dict(w))
+    distinct.sort(key=lambda w: (math.prod(max(v, 1) for v in w.values()), sorted(w.items())))
+    if len(distinct) <= MAX_PROPAGATED:
+        return distinct
+    step = (len(distinct) - 1) / (MAX_PROPAGATED - 1)
+    return [distinct[round(i * step)] for i in range(MAX_PROPAGATED)]
+
+
+def meta_inputs(definition: Definition, axes: dict[str, int]) -> list[Any]:
+    """Meta tensors (and scalar stand-ins) for one workload's axes, in input order."""
+    import torch
+
+    from kernelarc.problem.inputs import torch_dtype
+
+    try:
+        env = resolve_axes(definition, Workload(uuid="rewrite-probe", axes=axes))
+    except AxisError as e:
+        raise UntraceableError(f"axes {axes} do not resolve: {e}") from e
+    values: list[Any] = []
+    for name, spec in definition.inputs.items():
+        shape = resolve_shape(spec.shape, env)
+        kind = spec.dtype.value
+        if shape is None:
+            if kind == "bool":
+                values.append(_SCALAR_STANDIN["bool"])
+            elif kind.startswith(("int", "uint")):
+                values.append(1)
+            else:
+                values.append(1e-6)
+            continue
+        try:
+            values.append(torch.empty(shape, dtype=torch_dtype(spec.dtype), device="meta"))
+        except Exception as e:
+            raise UntraceableError(f"input {name!r}: no meta tensor for {kind}: {e}") from e
+    return values
+
+
+def propagate(
+    gm: torch.fx.GraphModule, definition: Definition, workloads: Sequence[dict[str, int]]
+) -> Facts:
+    """Facts of every node of ``gm`` on meta inputs of each workload (see module docstring)."""
+    import torch
+    import torch.fx
+
+    chosen = pick_workloads(workloads) or [{}]
+    facts = Facts(runs=len(chosen))
+
+    class _Recorder(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            result = super().run_node(n)
+            facts.values.setdefault(n, []).append(_fact(result))
+            return result
+
+    for axes in chosen:
+        args = meta_inputs(definition, axes)
+        try:
+            with torch.no_grad():
+                _Recorder(gm).run(*args)
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise UntraceableError(
+                f"the traced graph does not run on meta tensors for axes {axes} "
+                f"({type(e).__name__}: {first[:160]})"
+            ) from e
+    return facts
+
+
+def _fact(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return TensorFact(tuple(value.shape), value.dtype, bool(value.is_contiguous()))
+    if isinstance(value, torch.Size):
+        return tuple(int(v) for v in value)
+    if isinstance(value, tuple | list):
+        return type(value)(_fact(v) for v in value)
+    return value
+
+
+__all__ = [
+    "Facts",
+    "TensorFact",
+    "UntraceableError",
+    "meta_inputs",
+    "pick_workloads",
+    "propagate",
+    "run_decorators",
+    "trace_reference",
+]

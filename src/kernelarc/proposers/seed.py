@@ -1,0 +1,143 @@
+"""The seed agent: user-given solutions enter the search as they are, once each, in order.
+
+A user's (or a model's) kernel — typically Triton — becomes a judged candidate and, when it
+passes, an incumbent on the board, where other agents (the tuner) take it up. ``kernelarc
+optimize --seed-solution FILE`` (repeatable) adds one :class:`SeedAgent` holding every file.
+
+Covered: proposing each solution once (mode ``draft`` when the context asks for one: a seed
+*is* a fresh approach), conclusions with the measured effect by workload class (against
+the agent's previous incumbent, else the reference) and an outcome, state/restore of the
+position, checked against the solutions it was built with (a resumed run with other seed
+files is an error, not a silent mix).
+
+Not covered: changing the seeds (they are proposed verbatim, name and author kept) or
+checking them beyond what ``Solution`` validates: the guard judges them like any candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from kernelarc.agents.base import Agent
+from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
+from kernelarc.problem.schema import Solution
+from kernelarc.proposers.builtin import (
+    WorkloadClasses,
+    clip,
+    effect_by_class,
+    failure_summary,
+    geomean,
+    outcome_of,
+)
+
+
+class SeedAgent(Agent):
+    """Proposes the given solutions once each, in order, then nothing."""
+
+    name = "seed"
+    strategy = "seed"
+    description: ClassVar[str] = (
+        "user-given solutions (--seed-solution), proposed once each so others can refine them"
+    )
+
+    def __init__(self, solutions: Sequence[Solution], *, name: str = "seed") -> None:
+        if not solutions:
+            raise ValueError("a seed agent needs at least one solution")
+        self.name = name
+        self.solutions = [s.model_copy(deep=True) for s in solutions]
+        self._index = 0
+        self._pending: int | None = None
+        self._baseline_ms: dict[str, float] = {}
+        self._classes = WorkloadClasses(axis=None, median=None)
+
+    def _hashes(self) -> list[str]:
+        return [s.content_hash() for s in self.solutions]
+
+    def propose(self, context: AgentContext) -> Proposal | None:
+        if self._index >= len(self.solutions):
+            return None
+        n = self._index
+        self._index += 1
+        self._pending = n
+        self._classes = WorkloadClasses.of(context.definition, context.workloads)
+        self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
+        sol = self.solutions[n]
+        langs = ", ".join(lang.value for lang in sol.spec.languages)
+        return Proposal(
+            solution=sol,
+            hypothesis=clip(
+                f"user-given solution {sol.name!r} ({langs}), seed {n + 1} of "
+                f"{len(self.solutions)}, judged as given",
+                1000,
+            ),
+            mode="draft" if context.must_draft else "refine",
+            tags=("seed", *(lang.value for lang in sol.spec.languages)),
+        )
+
+    def observe(self, result: CandidateResult) -> Conclusion:
+        n, self._pending = self._pending, None
+        label = (
+            f"seed {self.solutions[n].name!r} ({n + 1}/{len(self.solutions)})"
+            if n is not None
+            else "seed (none pending)"
+        )
+        effect = effect_by_class(result.per_workload, self._classes, self._baseline_ms)
+        total = len(result.per_workload)
+        if result.passed:
+            score = f"{result.score:.2f}x" if result.score is not None else "unmeasured"
+            claim = f"{label}: {score} over eager on {total}/{total} workloads"
+            if effect:
+                claim += "; " + "; ".join(f"{v:.2f}x on {k}" for k, v in effect.items())
+                claim += " vs " + ("own previous best" if self._baseline_ms else "the reference")
+            if result.stage == "screen":
+                claim += " (screening stage only)"
+        else:
+            claim = f"{label}: {failure_summary(result)}"
+        overall = geomean(list(effect.values())) if self._baseline_ms else None
+        return Conclusion(
+            agent=self.name,
+            strategy=self.strategy,
+            candidate_id=result.candidate_id,
+            claim=clip(claim),
+            effect=effect,
+            tags=("seed",),
+            outcome=outcome_of(result, overall),
+        )
+
+    def state(self) -> dict[str, object]:
+        return {
+            "index": self._index,
+            "pending": self._pending,
+            "hashes": self._hashes(),
+            "baseline_ms": dict(self._baseline_ms),
+            "classes": {"axis": self._classes.axis, "median": self._classes.median},
+        }
+
+    def restore(self, state: dict[str, object]) -> None:
+        index, pending = state.get("index", 0), state.get("pending")
+        hashes, base = state.get("hashes"), state.get("baseline_ms", {})
+        classes = state.get("classes", {})
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise ValueError(f"seed agent state: 'index' must be an int, got {index!r}")
+        if not 0 <= index <= len(self.solutions):
+            raise ValueError(f"seed agent state: index {index} not within 0..{len(self.solutions)}")
+        if pending is not None and (not isinstance(pending, int) or not 0 <= pending < index):
+            raise ValueError(f"seed agent state: bad 'pending' {pending!r}")
+        if hashes is not None and hashes != self._hashes():
+            raise ValueError(
+                "seed agent state was saved with other seed solutions: resume with the "
+                "same --seed-solution files, in the same order"
+            )
+        if not isinstance(base, dict) or not isinstance(classes, dict):
+            raise ValueError("seed agent state: 'baseline_ms'/'classes' must be objects")
+        axis, median = classes.get("axis"), classes.get("median")
+        self._index, self._pending = index, pending
+        self._baseline_ms = {str(k): float(v) for k, v in base.items()}
+        self._classes = WorkloadClasses(
+            axis=str(axis) if axis is not None else None,
+            median=int(median) if median is not None else None,
+        )
+
+
+__all__ = ["SeedAgent"]
