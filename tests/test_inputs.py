@@ -464,8 +464,8 @@ def _check_generated(defn: Definition, wl: Workload, got: GeneratedInputs) -> No
 
 
 def test_sweep_shared_problems() -> None:
-    """Smallest workload of every shared problem, on the CPU: absent blobs must raise
-    MissingBlobError; > 256 MB of inputs is skipped; the rest generate within a budget."""
+    """Smallest workload of every shared problem, on the CPU: absent blobs get generated
+    stand-ins (noted); > 256 MB of inputs is skipped; the rest generate within a budget."""
     root = shared_problems_root()
     todo = []
     for path in sorted(root.glob("*/*/definition.json")):
@@ -477,15 +477,12 @@ def test_sweep_shared_problems() -> None:
         todo.append((slow, wl.is_custom, estimate_input_bytes(defn, wl), path.parent, defn, wl))
     assert todo, f"no problems under {root}"
     todo.sort(key=lambda t: t[:3])  # fast and small first
-    counts = {"generated": 0, "too_big": 0, "missing_blob": 0, "out_of_time": 0}
+    counts = {"generated": 0, "too_big": 0, "out_of_time": 0}
+    stand_ins = 0
     start = time.monotonic()
     for slow, _, nbytes, pdir, defn, wl in todo:
         blobs = [s for s in wl.inputs.values() if isinstance(s, SafetensorsInput)]
-        if any(not (pdir / s.path).is_file() for s in blobs):
-            with pytest.raises(MissingBlobError, match="flashinfer-trace"):
-                generate_inputs(defn, wl, device="cpu", seed=0, problem_root=pdir)
-            counts["missing_blob"] += 1
-            continue
+        absent = any(not (pdir / s.path).is_file() for s in blobs)
         if nbytes > SWEEP_BYTES:
             counts["too_big"] += 1
             continue
@@ -496,7 +493,11 @@ def test_sweep_shared_problems() -> None:
         got = generate_inputs(defn, wl, device="cpu", seed=0, problem_root=pdir)
         _check_generated(defn, wl, got)
         counts["generated"] += 1
+        if absent:
+            assert any(n.startswith("generated inputs") for n in got.notes), defn.name
+            stand_ins += 1
     elapsed = time.monotonic() - start
     print(f"\ninputs sweep over {len(todo)} problems: {counts} in {elapsed:.1f}s")
+    print(f"{stand_ins} of them with generated stand-ins for missing blobs")
     assert sum(counts.values()) == len(todo)
     assert counts["generated"] > 0

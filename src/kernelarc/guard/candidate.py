@@ -182,7 +182,8 @@ class CandidateRole:
         if self.dps:
             self.fn(*inputs, *outputs)
             return tuple(outputs)
-        return normalize_outputs(self.fn(*inputs), len(self.definition.outputs))
+        outs = self.definition.outputs
+        return normalize_outputs(self.fn(*inputs), len(outs), list(outs))
 
     def _output_violations(self, outs: tuple[Any, ...], inputs: list[Any]) -> list[Violation]:
         import torch

@@ -206,7 +206,8 @@ class CandidateSession:
                 "RUNTIME_ERROR",
                 f"{what}: returned a {objects[0]['type']} where a torch.Tensor was expected",
             )
-        self._ref({"op": "run", "workload": wj, "seed": seed}, deadline)
+        ran = self._ref({"op": "run", "workload": wj, "seed": seed}, deadline)
+        outcome.notes += [n for n in ran.get("notes") or [] if n not in outcome.notes]
         reply = self._ref(
             {
                 "op": "compare",

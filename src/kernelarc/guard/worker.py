@@ -24,6 +24,7 @@ import platform
 import sys
 import traceback
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,11 @@ def resolve_device(name: str) -> Any:
     return dev
 
 
-def normalize_outputs(ret: Any, n: int) -> tuple[Any, ...]:
+def normalize_outputs(ret: Any, n: int, names: Sequence[str] = ()) -> tuple[Any, ...]:
+    """The outputs of one call in definition order: a tuple/list as is, a dict keyed by
+    exactly the definition's output names in that order, anything else as one output."""
+    if isinstance(ret, dict) and names and set(ret) == set(names):
+        return tuple(ret[k] for k in names)
     if n == 1 and not isinstance(ret, tuple | list):
         return (ret,)
     if isinstance(ret, tuple | list):
@@ -95,6 +100,8 @@ class ReferenceRole:
         sys.modules[self.module.__name__] = self.module
         self.cache: OrderedDict[tuple[str, int], tuple[Any, ...]] = OrderedDict()
         self.cache_bytes = 0
+        self.input_notes: dict[str, list[str]] = {}
+        """Notes of the input generation per workload (e.g. generated stand-ins for blobs)."""
         self.cache_limit = int(msg.get("cache_bytes", 1 << 30))
         self.compiled: Any = None
         torch.set_grad_enabled(False)
@@ -141,11 +148,14 @@ class ReferenceRole:
         key = (wl.uuid, int(msg["seed"]))
         if key in self.cache:
             self.cache.move_to_end(key)
-            return {"ok": True, "cached": True}
+            return {"ok": True, "cached": True, "notes": self.input_notes.get(wl.uuid, [])}
         try:
             gen = self._inputs(wl, key[1])
+            self.input_notes[wl.uuid] = list(gen.notes)
             outs = normalize_outputs(
-                self.module.run(*gen.values.values()), len(self.definition.outputs)
+                self.module.run(*gen.values.values()),
+                len(self.definition.outputs),
+                list(self.definition.outputs),
             )
             self._check_ref_outputs(outs, resolve_axes(self.definition, wl))
         except Exception as e:

@@ -6,7 +6,8 @@ the inputs in definition order, so the result is a function of (seed, device). S
 - ``scalar``: the workload's value cast to the declared kind (float/int/bool); a tensor
   spec (``[]`` or larger) is filled with it.
 - ``safetensors``: ``problem_root / path`` at ``tensor_key``, read on the CPU and moved to
-  ``device``; shape and dtype must equal the definition's. Absent files raise
+  ``device``; shape and dtype must equal the definition's. Absent files: generated
+  stand-ins (:mod:`kernelarc.problem.indices`, noted) where the structure is known, else
   :class:`MissingBlobError` before anything is allocated.
 - ``custom``: ``reference.<custom_inputs_entrypoint>(axes_and_scalars, device)``, where
   ``axes_and_scalars`` holds every resolved axis plus the workload's scalar inputs. Every
@@ -16,7 +17,8 @@ the inputs in definition order, so the result is a function of (seed, device). S
 
 Guesses that matter (masks, SSM ranges, index bounds, custom extras or mismatches) are
 recorded in ``GeneratedInputs.notes``. Not covered: generating the flashinfer-trace index
-blobs of safetensors workloads (future work), device placement beyond ``device``.
+blobs of safetensors workloads beyond what :mod:`kernelarc.problem.indices` infers (absent
+blobs go there), device placement beyond ``device``.
 """
 
 from __future__ import annotations
@@ -132,19 +134,28 @@ def generate_inputs(
     if workload.is_custom:
         module = reference_module or load_reference_module(definition)
         return GeneratedInputs(_custom_inputs(definition, workload, env, dev, module, notes), notes)
-    for name, blob in workload.inputs.items():  # fail on absent blobs before allocating
+    missing: dict[str, str] = {}  # absent blobs are decided on before allocating
+    for name, blob in workload.inputs.items():
         if isinstance(blob, SafetensorsInput):
             try:
                 _blob_path(blob, problem_root, name)
             except MissingBlobError as e:
-                raise MissingBlobError(f"{where}: {e}") from e
+                missing[name] = str(e)
+    plan = None
+    if missing:  # generated stand-ins (problem/indices.py), or MissingBlobError saying why not
+        from kernelarc.problem.indices import plan_missing_blobs
+
+        on_disk = frozenset(workload.inputs) - frozenset(missing)
+        plan = plan_missing_blobs(definition, env, missing, on_disk=on_disk, seed=seed, where=where)
     ctx = RandomContext(env, dev, notes, frozenset(definition.inputs))
     values: dict[str, Any] = {}
     for name, spec in definition.inputs.items():
         src = workload.inputs.get(name)
         shape = resolve_shape(spec.shape, env)
         try:
-            if isinstance(src, ScalarInput):
+            if plan is not None and name in plan.names:
+                values[name] = plan.value(name, spec, shape, ctx)
+            elif isinstance(src, ScalarInput):
                 values[name] = _scalar(src.value, spec, shape, dev)
             elif isinstance(src, SafetensorsInput):
                 values[name] = _from_safetensors(src, spec, shape, dev, problem_root, name)
@@ -193,9 +204,8 @@ def _blob_path(src: SafetensorsInput, root: Path | None, name: str) -> Path:
         at = f"under {root}" if root is not None else "(no problem_root was given)"
         raise MissingBlobError(
             f"input {name!r} reads safetensors file {src.path} (key {src.tensor_key!r}), "
-            f"which is absent {at}. This workload needs the flashinfer-trace blobs: put them "
-            "in the problem directory at that path, or use a generator for these index "
-            "tensors (future work)."
+            f"which is absent {at} (put the flashinfer-trace blobs in the problem directory "
+            "at that path)."
         )
     return path
 
