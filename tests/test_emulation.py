@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import torch
+from _shared import shared_problems_root
 
 from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.problem import emulation as emu
@@ -31,7 +32,6 @@ from kernelarc.problem.inputs import (
 from kernelarc.problem.loader import load_problem
 from kernelarc.problem.lowbit import pack_fp4x2
 from kernelarc.problem.schema import Solution
-from tests._shared import shared_problems_root
 
 FP4 = torch.float4_e2m1fn_x2
 E4M3 = torch.float8_e4m3fn

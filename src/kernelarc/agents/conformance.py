@@ -376,7 +376,10 @@ def check_state(make_agent: AgentFactory, problem: Problem, device: str = "cpu")
 
 
 def _garbage(value: Any) -> Any:
-    """A value of another JSON type than ``value``."""
+    """A value of another JSON type than ``value``. A key that is None now may hold a string
+    (or an object) later, so it gets a value no sane field holds: a list nested three deep."""
+    if value is None:
+        return [[["garbage"]]]
     return {"garbage": [1, 2]} if isinstance(value, str) else "garbage"
 
 

@@ -126,6 +126,27 @@ def clip(text: str, limit: int = CLAIM_MAX) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
+def conclusion_of(
+    agent: Agent,
+    result: CandidateResult,
+    *,
+    claim: str,
+    effect: dict[str, float],
+    tags: tuple[str, ...],
+    outcome: Outcome,
+) -> Conclusion:
+    """``agent``'s conclusion on ``result``: the claim clipped to the allowed length."""
+    return Conclusion(
+        agent=agent.name,
+        strategy=agent.strategy,
+        candidate_id=result.candidate_id,
+        claim=clip(claim),
+        effect=effect,
+        tags=tags,
+        outcome=outcome,
+    )
+
+
 def failure_summary(result: CandidateResult) -> str:
     """``failed on k/n workloads (STATUS[check]: first log line)`` for a failed candidate."""
     bad = [r for r in result.per_workload if r.status != "PASSED"]
@@ -225,14 +246,13 @@ class ReferenceAgent(Agent):
                 f"reference as solution (eager baseline): {failure_summary(result)}; the "
                 f"baseline itself does not pass the guard, so check the problem{_notes(result)}"
             )
-        return Conclusion(
-            agent=self.name,
-            strategy=self.strategy,
-            candidate_id=result.candidate_id,
-            claim=clip(claim),
+        # The baseline cannot regress against itself: a ratio below 1 is noise.
+        return conclusion_of(
+            self,
+            result,
+            claim=claim,
             effect=effect,
             tags=("reference", "baseline"),
-            # The baseline cannot regress against itself: a ratio below 1 is noise.
             outcome=outcome_of(result, None),
         )
 
@@ -403,11 +423,10 @@ class CompilerAgent(Agent):
                 claim += f"; {overall:.2f}x vs own previous best"
         else:
             claim = f"{label}: {failure_summary(result)}"
-        return Conclusion(
-            agent=self.name,
-            strategy=self.strategy,
-            candidate_id=result.candidate_id,
-            claim=clip(claim + _notes(result)),
+        return conclusion_of(
+            self,
+            result,
+            claim=claim + _notes(result),
             effect=effect,
             tags=("compiler", variant.name) if variant else ("compiler",),
             outcome=outcome_of(result, overall),
@@ -447,6 +466,7 @@ class CompilerAgent(Agent):
 
 __all__ = [
     "COMPILE_VARIANTS",
+    "conclusion_of",
     "CompileVariant",
     "CompilerAgent",
     "ReferenceAgent",

@@ -47,7 +47,7 @@ from kernelarc.problem.schema import Definition, Solution
 from kernelarc.proposers.builtin import (
     WorkloadClasses,
     _notes,
-    clip,
+    conclusion_of,
     effect_by_class,
     failure_summary,
     geomean,
@@ -318,11 +318,10 @@ class CudaGraphAgent(Agent):
                 claim += f"; best on {best} ({effect[best]:.2f}x)"
         else:
             claim = f"CUDA graph of {label}: {failure_summary(result)}"
-        return Conclusion(
-            agent=self.name,
-            strategy=self.strategy,
-            candidate_id=result.candidate_id,
-            claim=clip(claim + _notes(result)),
+        return conclusion_of(
+            self,
+            result,
+            claim=claim + _notes(result),
             effect=effect,
             tags=("cuda-graph",),
             outcome=outcome_of(result, overall),

@@ -62,6 +62,7 @@ from kernelarc.proposers.builtin import (
     WorkloadClasses,
     _board_parent,
     clip,
+    conclusion_of,
     effect_by_class,
     failure_summary,
     geomean,
@@ -398,11 +399,10 @@ class GemmTablesAgent(Agent):
         if result.cached:
             notes.append("cached verdict")
         claim = f"{what}; {verdict}" + (f" ({'; '.join(notes)})" if notes else "")
-        return Conclusion(
-            agent=self.name,
-            strategy=self.strategy,
-            candidate_id=result.candidate_id,
-            claim=clip(claim),
+        return conclusion_of(
+            self,
+            result,
+            claim=claim,
             effect=effect,
             tags=("gemm-tables", "tunableop"),
             outcome=outcome_of(result, overall),

@@ -55,7 +55,7 @@ from kernelarc.problem.schema import Definition, Solution
 from kernelarc.proposers.builtin import (
     WorkloadClasses,
     _notes,
-    clip,
+    conclusion_of,
     effect_by_class,
     failure_summary,
     geomean,
@@ -358,11 +358,10 @@ class PrecisionAgent(Agent):
                 claim += f"; changes {policy_named(policy_name).switches} (reported by the guard)"
         else:
             claim = f"{title}: {failure_summary(result)}"
-        return Conclusion(
-            agent=self.name,
-            strategy=self.strategy,
-            candidate_id=result.candidate_id,
-            claim=clip(claim + _notes(result)),
+        return conclusion_of(
+            self,
+            result,
+            claim=claim + _notes(result),
             effect=effect,
             tags=("precision", policy_name),
             outcome=outcome_of(result, overall),

@@ -25,6 +25,7 @@ from kernelarc.problem.schema import Solution
 from kernelarc.proposers.builtin import (
     WorkloadClasses,
     clip,
+    conclusion_of,
     effect_by_class,
     failure_summary,
     geomean,
@@ -95,11 +96,10 @@ class SeedAgent(Agent):
         else:
             claim = f"{label}: {failure_summary(result)}"
         overall = geomean(list(effect.values())) if self._baseline_ms else None
-        return Conclusion(
-            agent=self.name,
-            strategy=self.strategy,
-            candidate_id=result.candidate_id,
-            claim=clip(claim),
+        return conclusion_of(
+            self,
+            result,
+            claim=claim,
             effect=effect,
             tags=("seed",),
             outcome=outcome_of(result, overall),

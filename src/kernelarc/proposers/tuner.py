@@ -49,6 +49,7 @@ from kernelarc.proposers.builtin import (
     REGRESSED_BELOW,
     WorkloadClasses,
     clip,
+    conclusion_of,
     effect_by_class,
     failure_summary,
     geomean,
@@ -397,11 +398,10 @@ class TunerAgent(Agent):
         move: Move | None = None,
     ) -> Conclusion:
         tags = ("tuner", move.kind, move.label.split(" ")[0]) if move else ("tuner",)
-        return Conclusion(
-            agent=self.name,
-            strategy=self.strategy,
-            candidate_id=result.candidate_id,
-            claim=clip(claim),
+        return conclusion_of(
+            self,
+            result,
+            claim=claim,
             effect=effect,
             tags=tags,
             outcome=outcome,

@@ -25,7 +25,7 @@ from kernelarc.agents.base import Agent
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
 from kernelarc.proposers.builtin import (
     WorkloadClasses,
-    clip,
+    conclusion_of,
     effect_by_class,
     failure_summary,
     geomean,
@@ -164,11 +164,10 @@ class RewriteAgent(Agent):
                 claim += "; next: each rewrite family alone"
         if result.stage == "screen":
             claim += " (screening stage only)"
-        return Conclusion(
-            agent=self.name,
-            strategy=self.strategy,
-            candidate_id=result.candidate_id,
-            claim=clip(claim),
+        return conclusion_of(
+            self,
+            result,
+            claim=claim,
             effect=effect,
             tags=("rewrite", *families),
             outcome=outcome_of(result, overall),
