@@ -320,12 +320,20 @@ class CandidateRole:
                 [shifted_copy(t, 64) for t in self._generate(wl, s)] for s in seeds[1:]
             ]
             outs = [self._alloc_outputs(wl) if self.dps else [] for _ in seeds]
-        last: dict[int, tuple[Any, ...]] = {}
+        # Outputs kept for the judge: the middle timed call's and the latest call's. Any
+        # other call's outputs are released before the next call (outside the timed region):
+        # holding every slot's outputs alive made each call allocate fresh memory, a cost
+        # the reference, timed in the other worker, does not pay (on the CPU the eager
+        # reference judged as a candidate read 0.52-0.62x of itself on its larger shapes).
+        kept: dict[int, tuple[Any, ...]] = {}
+        mid = int(msg["warmup"]) + int(msg["iterations"]) // 2
         k = len(pool)
         state = {"cycle": 0}
 
         def before(i: int) -> None:
             with self.sentinel.harness():
+                for idx in [x for x in kept if x != mid]:
+                    del kept[idx]
                 if i and i % k == 0:  # the pool wrapped: move every set to a new address
                     state["cycle"] += 1
                     shift = 64 * (1 + state["cycle"] % 32)
@@ -335,7 +343,7 @@ class CandidateRole:
                     poison(t)
 
         def call(i: int) -> None:
-            last[i % k] = self._call(pool[i % k], outs[i % k])
+            kept[i] = self._call(pool[i % k], outs[i % k])
 
         try:
             res = time_calls(
@@ -367,16 +375,17 @@ class CandidateRole:
             found.append(Violation("stream-escape", res.escape_detail))
         with self.sentinel.harness():
             sampled = {}
-            for j in sorted({(calls - 1) % k, (calls // 2) % k}):
-                if j in last:
+            for idx in sorted({mid, calls - 1}):
+                if idx in kept:
+                    j = idx % k
                     sampled[str(seeds[j])] = self._write(
-                        last[j], f"timed{j}", Path(msg["exchange_dir"])
+                        kept[idx], f"timed{j}", Path(msg["exchange_dir"])
                     )
         final = (calls - 1) % k
         self._timed = {wl.uuid: (pool[final], outs[final])}
         pool.clear()
         outs.clear()
-        last.clear()
+        kept.clear()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         return {
