@@ -418,3 +418,25 @@ def test_registry() -> None:
     described = dict(describe())
     assert set(described) == expected
     assert all(text and "\n" not in text for text in described.values())
+
+
+def test_reference_stopped_as_hopeless_is_not_called_broken(problem: Problem) -> None:
+    agent = ReferenceAgent()
+    assert agent.propose(_context(problem)) is not None
+    result = CandidateResult(
+        candidate_id="c3",
+        agent="reference",
+        strategy="reference",
+        mode="refine",
+        stage="screen",
+        per_workload=(_wr("w1", 1, 0.18, 0.10),),
+        passed=False,
+        score=None,
+        stopped_early="hopeless: 0.18 ms on the first screened workload",
+    )
+    claim = agent.observe(result).claim
+    assert "stopped early (hopeless" in claim and "check the problem" not in claim
+    failed = result.model_copy(
+        update={"per_workload": (_wr("w1", 1, None, 0.10, "RUNTIME_ERROR"),), "stopped_early": None}
+    )
+    assert "check the problem" in agent.observe(failed).claim

@@ -241,6 +241,13 @@ class ReferenceAgent(Agent):
                 f"on {n}/{n} workloads; this is the baseline, deviations from 1 are "
                 f"measurement noise{_notes(result)}"
             )
+        elif not any(r.status != "PASSED" for r in result.per_workload) and result.stopped_early:
+            # Stopped as hopeless against a faster incumbent: every judged workload passed.
+            claim = (
+                f"reference as solution (eager baseline): passed what was judged, then "
+                f"stopped early ({result.stopped_early}): other agents already beat eager"
+                f"{_notes(result)}"
+            )
         else:
             claim = (
                 f"reference as solution (eager baseline): {failure_summary(result)}; the "
