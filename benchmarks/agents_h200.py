@@ -50,7 +50,9 @@ def geomean(xs: list[float]) -> float | None:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
-def optimize(problem_dir: Path, run_dir: Path, budget: int, limit: float) -> dict[str, Any]:
+def optimize(
+    problem_dir: Path, run_dir: Path, budget: int, limit: float, agents: str | None, device: str
+) -> dict[str, Any]:
     cmd = [
         sys.executable,
         "-m",
@@ -58,7 +60,7 @@ def optimize(problem_dir: Path, run_dir: Path, budget: int, limit: float) -> dic
         "optimize",
         str(problem_dir),
         "--device",
-        "cuda",
+        device,
         "--budget",
         str(budget),
         "--time-limit",
@@ -66,6 +68,7 @@ def optimize(problem_dir: Path, run_dir: Path, budget: int, limit: float) -> dic
         "--run-dir",
         str(run_dir),
         "--json",
+        *(["--agents", agents] if agents else []),
     ]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
@@ -74,8 +77,13 @@ def optimize(problem_dir: Path, run_dir: Path, budget: int, limit: float) -> dic
     try:
         status = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        status = {"error": f"exit {proc.returncode}", "stderr_tail": proc.stderr[-1500:]}
-    return {"wall_s": wall, "exit": proc.returncode, "status": status}
+        status = {"error": f"exit {proc.returncode}"}
+    return {
+        "wall_s": wall,
+        "exit": proc.returncode,
+        "status": status,
+        "stderr_tail": proc.stderr[-3000:],
+    }
 
 
 def trajectory(store: SQLiteStore) -> list[dict[str, Any]]:
@@ -130,13 +138,13 @@ def best_results(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def compile_baseline(problem_dir: Path, best: Path, sample: int) -> dict[str, Any]:
+def compile_baseline(problem_dir: Path, best: Path, sample: int, device: str) -> dict[str, Any]:
     problem = load_problem(problem_dir)
     wls = sorted(problem.workloads, key=lambda w: estimate_input_bytes(problem.definition, w))
     if sample and len(wls) > sample:
         idx = sorted({round(i * (len(wls) - 1) / (sample - 1)) for i in range(sample)})
         wls = [wls[i] for i in idx]
-    cfg = GuardConfig(device="cuda", time_compiled_reference=True, warm_spare=False)
+    cfg = GuardConfig(device=device, time_compiled_reference=True, warm_spare=False)
     t0 = time.monotonic()
     with Guard(problem, cfg) as guard:
         res = guard.evaluate(load_solution(best), wls)
@@ -191,19 +199,23 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=240.0)
     ap.add_argument("--compile-sample", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("agents_bench"))
+    ap.add_argument("--agents", default=None, help="passed to optimize (default: all)")
+    ap.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a dry run)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
     for key in args.only.split(","):
         problem_dir = args.problems / SIX.get(key, key)
-        run_dir = args.out / "runs" / key
+        run_dir = args.out / f"run-{key}"  # shallow: the device tool returns few levels
         r: dict[str, Any] = {"problem_dir": str(problem_dir)}
-        r["optimize"] = optimize(problem_dir, run_dir, args.budget, args.time_limit)
+        r["optimize"] = optimize(
+            problem_dir, run_dir, args.budget, args.time_limit, args.agents, args.device
+        )
         r["best"] = best_results(run_dir)
         best = run_dir / "best" / "solution.json"
         if best.exists() and args.compile_sample >= 0:
             try:
-                r["compile"] = compile_baseline(problem_dir, best, args.compile_sample)
+                r["compile"] = compile_baseline(problem_dir, best, args.compile_sample, args.device)
             except Exception as e:  # recorded, and the table says "no compile baseline"
                 r["compile"] = {"error": f"{type(e).__name__}: {e}"[:1000], "workloads": []}
         r["summary"] = summarize(key, r)
