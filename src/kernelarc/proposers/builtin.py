@@ -84,8 +84,24 @@ def first_var_axis(definition: Definition) -> str | None:
 class WorkloadClasses:
     """Small/large workloads split at the (lower) median of one ``var`` axis."""
 
-    axis: str | None
-    median: int | None
+    axis: str | None = None
+    median: int | None = None
+
+    def to_state(self) -> dict[str, object]:
+        """JSON-able form, for an agent's :meth:`~kernelarc.agents.base.Agent.state`."""
+        return {"axis": self.axis, "median": self.median}
+
+    @classmethod
+    def from_state(cls, raw: object, who: str) -> WorkloadClasses:
+        """The inverse of :meth:`to_state`; ``ValueError`` (naming ``who``) on bad input."""
+        if not isinstance(raw, dict):
+            raise ValueError(f"{who} state: 'classes' must be an object, got {raw!r}")
+        axis, median = raw.get("axis"), raw.get("median")
+        if axis is not None and not isinstance(axis, str):
+            raise ValueError(f"{who} state: bad classes axis {axis!r}")
+        if median is not None and (not isinstance(median, int) or isinstance(median, bool)):
+            raise ValueError(f"{who} state: bad classes median {median!r}")
+        return cls(axis=axis, median=median)
 
     @classmethod
     def of(cls, definition: Definition, workloads: Sequence[dict[str, int]]) -> WorkloadClasses:
@@ -101,6 +117,15 @@ class WorkloadClasses:
         if axes[self.axis] <= self.median:
             return f"small: {self.axis}<={self.median}"
         return f"large: {self.axis}>{self.median}"
+
+
+def ms_by_uuid(raw: object, who: str, what: str) -> dict[str, float]:
+    """A state's ``{uuid: milliseconds}`` map, validated; ``ValueError`` names ``who``/``what``."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{who} state: {what} must be an object, got {raw!r}")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw.values()):
+        raise ValueError(f"{who} state: {what} values must be numbers")
+    return {str(k): float(v) for k, v in raw.items()}
 
 
 def effect_by_class(
@@ -207,7 +232,7 @@ class ReferenceAgent(Agent):
 
     def __init__(self) -> None:
         self._proposed = False
-        self._classes = WorkloadClasses(axis=None, median=None)
+        self._classes = WorkloadClasses()
 
     def propose(self, context: AgentContext) -> Proposal | None:
         if self._proposed:
@@ -357,7 +382,7 @@ class CompilerAgent(Agent):
         self._count = 0
         self._pending: str | None = None
         self._baseline_ms: dict[str, float] = {}
-        self._classes = WorkloadClasses(axis=None, median=None)
+        self._classes = WorkloadClasses()
 
     def _usable(self, device: str) -> list[CompileVariant]:
         return [
@@ -446,29 +471,23 @@ class CompilerAgent(Agent):
             "count": self._count,
             "pending": self._pending,
             "baseline_ms": dict(self._baseline_ms),
-            "classes": {"axis": self._classes.axis, "median": self._classes.median},
+            "classes": self._classes.to_state(),
         }
 
     def restore(self, state: dict[str, object]) -> None:
         index, tried, count = state.get("index", 0), state.get("tried", []), state.get("count", 0)
-        pending, base = state.get("pending"), state.get("baseline_ms", {})
-        classes = state.get("classes", {})
+        pending = state.get("pending")
         if not isinstance(index, int) or not 0 <= index <= len(COMPILE_VARIANTS):
             raise ValueError(f"compiler agent state: bad 'index' {index!r}")
         if not isinstance(tried, list) or not isinstance(count, int):
             raise ValueError("compiler agent state: 'tried' must be a list, 'count' an int")
-        if not isinstance(base, dict) or not isinstance(classes, dict):
-            raise ValueError("compiler agent state: 'baseline_ms'/'classes' must be objects")
+        base = ms_by_uuid(state.get("baseline_ms", {}), "compiler agent", "'baseline_ms'")
+        classes = WorkloadClasses.from_state(state.get("classes", {}), "compiler agent")
         for name in [*tried, *([pending] if pending is not None else [])]:
             _variant_named(str(name))
-        axis, median = classes.get("axis"), classes.get("median")
         self._index, self._tried, self._count = index, [str(t) for t in tried], count
         self._pending = str(pending) if pending is not None else None
-        self._baseline_ms = {str(k): float(v) for k, v in base.items()}
-        self._classes = WorkloadClasses(
-            axis=str(axis) if axis is not None else None,
-            median=int(median) if median is not None else None,
-        )
+        self._baseline_ms, self._classes = base, classes
 
 
 __all__ = [
@@ -481,4 +500,5 @@ __all__ = [
     "compiled_source",
     "effect_by_class",
     "make_solution",
+    "ms_by_uuid",
 ]

@@ -52,6 +52,7 @@ from kernelarc.proposers.builtin import (
     failure_summary,
     geomean,
     make_solution,
+    ms_by_uuid,
     outcome_of,
 )
 from kernelarc.proposers.wrap import why_not_wrappable, wrap_solution
@@ -257,7 +258,7 @@ class CudaGraphAgent(Agent):
         self._wrapped: list[str] = []
         self._count = 0
         self._pending: dict[str, Any] | None = None
-        self._classes = WorkloadClasses(axis=None, median=None)
+        self._classes = WorkloadClasses()
 
     def propose(self, context: AgentContext) -> Proposal | None:
         if not context.device.startswith("cuda"):
@@ -332,12 +333,12 @@ class CudaGraphAgent(Agent):
             "wrapped": list(self._wrapped),
             "count": self._count,
             "pending": dict(self._pending) if self._pending is not None else None,
-            "classes": {"axis": self._classes.axis, "median": self._classes.median},
+            "classes": self._classes.to_state(),
         }
 
     def restore(self, state: dict[str, object]) -> None:
         wrapped, count = state.get("wrapped", []), state.get("count", 0)
-        pending, classes = state.get("pending"), state.get("classes", {})
+        pending = state.get("pending")
         if not isinstance(wrapped, list) or not all(isinstance(w, str) for w in wrapped):
             raise ValueError("cuda-graph agent state: 'wrapped' must be a list of strings")
         if not isinstance(count, int) or count < 0:
@@ -345,22 +346,13 @@ class CudaGraphAgent(Agent):
         if pending is not None:
             if not isinstance(pending, dict) or not {"base", "label"} <= set(pending):
                 raise ValueError("cuda-graph agent state: 'pending' must name base and label")
-            base_ms = pending.get("baseline_ms", {})
-            if not isinstance(base_ms, dict):
-                raise ValueError("cuda-graph agent state: pending 'baseline_ms' must be an object")
-            if not all(isinstance(v, int | float) for v in base_ms.values()):
-                raise ValueError(
-                    "cuda-graph agent state: pending 'baseline_ms' values must be numbers"
-                )
-            pending = {**pending, "baseline_ms": {str(k): float(v) for k, v in base_ms.items()}}
-        if not isinstance(classes, dict):
-            raise ValueError("cuda-graph agent state: 'classes' must be an object")
-        axis, median = classes.get("axis"), classes.get("median")
+            base_ms = ms_by_uuid(
+                pending.get("baseline_ms", {}), "cuda-graph agent", "pending 'baseline_ms'"
+            )
+            pending = {**pending, "baseline_ms": base_ms}
+        classes = WorkloadClasses.from_state(state.get("classes", {}), "cuda-graph agent")
         self._wrapped, self._count, self._pending = list(wrapped), count, pending
-        self._classes = WorkloadClasses(
-            axis=str(axis) if axis is not None else None,
-            median=int(median) if median is not None else None,
-        )
+        self._classes = classes
 
 
 __all__ = ["GRAPH_BODY", "CudaGraphAgent", "graph_solution"]

@@ -67,6 +67,7 @@ from kernelarc.proposers.builtin import (
     failure_summary,
     geomean,
     make_solution,
+    ms_by_uuid,
     outcome_of,
 )
 from kernelarc.proposers.tunableop_worker import (
@@ -258,7 +259,7 @@ class GemmTablesAgent(Agent):
         self._count = 0
         self._pending: dict[str, Any] | None = None
         self._baseline_ms: dict[str, float] = {}
-        self._classes = WorkloadClasses(axis=None, median=None)
+        self._classes = WorkloadClasses()
 
     # -------------------------------------------------------------- proposing
     def _bases(self, context: AgentContext) -> list[Base]:
@@ -415,13 +416,12 @@ class GemmTablesAgent(Agent):
             "count": self._count,
             "pending": dict(self._pending) if self._pending is not None else None,
             "baseline_ms": dict(self._baseline_ms),
-            "classes": {"axis": self._classes.axis, "median": self._classes.median},
+            "classes": self._classes.to_state(),
         }
 
     def restore(self, state: dict[str, object]) -> None:
         tried, count = state.get("tried", []), state.get("count", 0)
-        pending, base = state.get("pending"), state.get("baseline_ms", {})
-        classes = state.get("classes", {"axis": None, "median": None})
+        pending = state.get("pending")
         if not isinstance(tried, list) or not all(isinstance(t, str) for t in tried):
             raise ValueError(f"gemm-tables state: 'tried' must be a list of hashes, got {tried!r}")
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
@@ -434,21 +434,11 @@ class GemmTablesAgent(Agent):
             and (pending.get("note") is None or isinstance(pending.get("note"), str))
         ):
             raise ValueError(f"gemm-tables state: bad 'pending' {pending!r}")
-        if not isinstance(base, dict) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) for v in base.values()
-        ):
-            raise ValueError("gemm-tables state: 'baseline_ms' must map uuids to numbers")
-        if not isinstance(classes, dict):
-            raise ValueError("gemm-tables state: 'classes' must be an object")
-        axis, median = classes.get("axis"), classes.get("median")
-        if not (axis is None or isinstance(axis, str)) or not (
-            median is None or (isinstance(median, int) and not isinstance(median, bool))
-        ):
-            raise ValueError(f"gemm-tables state: bad 'classes' {classes!r}")
+        base = ms_by_uuid(state.get("baseline_ms", {}), "gemm-tables", "'baseline_ms'")
+        classes = WorkloadClasses.from_state(state.get("classes", {}), "gemm-tables")
         self._tried, self._count = list(tried), count
         self._pending = dict(pending) if isinstance(pending, dict) else None
-        self._baseline_ms = {str(k): float(v) for k, v in base.items()}
-        self._classes = WorkloadClasses(axis=axis, median=median)
+        self._baseline_ms, self._classes = base, classes
 
 
 __all__ = [

@@ -60,6 +60,7 @@ from kernelarc.proposers.builtin import (
     failure_summary,
     geomean,
     make_solution,
+    ms_by_uuid,
     outcome_of,
 )
 from kernelarc.proposers.wrap import python_sources, why_not_wrappable, wrap_solution
@@ -229,7 +230,7 @@ class PrecisionAgent(Agent):
         self._stopped = False
         self._count = 0
         self._pending: dict[str, Any] | None = None
-        self._classes = WorkloadClasses(axis=None, median=None)
+        self._classes = WorkloadClasses()
         self._var_axes: list[str] = []
 
     # ------------------------------------------------------------------ proposing
@@ -376,7 +377,7 @@ class PrecisionAgent(Agent):
             "stopped": self._stopped,
             "count": self._count,
             "pending": dict(self._pending) if self._pending is not None else None,
-            "classes": {"axis": self._classes.axis, "median": self._classes.median},
+            "classes": self._classes.to_state(),
             "var_axes": list(self._var_axes),
         }
 
@@ -406,25 +407,15 @@ class PrecisionAgent(Agent):
             if not isinstance(pending, dict) or not {"policy", "base", "label"} <= set(pending):
                 raise ValueError("precision agent state: 'pending' must name policy/base/label")
             policy_named(str(pending["policy"]))
-            base_ms = pending.get("baseline_ms", {})
-            if not isinstance(base_ms, dict):
-                raise ValueError("precision agent state: pending 'baseline_ms' must be an object")
-            if not all(isinstance(v, int | float) for v in base_ms.values()):
-                raise ValueError(
-                    "precision agent state: pending 'baseline_ms' values must be numbers"
-                )
-            pending = {**pending, "baseline_ms": {str(k): float(v) for k, v in base_ms.items()}}
-        classes = state.get("classes", {})
-        if not isinstance(classes, dict):
-            raise ValueError("precision agent state: 'classes' must be an object")
-        axis, median = classes.get("axis"), classes.get("median")
+            base_ms = ms_by_uuid(
+                pending.get("baseline_ms", {}), "precision agent", "pending 'baseline_ms'"
+            )
+            pending = {**pending, "baseline_ms": base_ms}
+        classes = WorkloadClasses.from_state(state.get("classes", {}), "precision agent")
         self._tried, self._hashes, self._var_axes = tried, hashes, var_axes
         self._floors = dict(floors)
         self._stopped, self._count, self._pending = stopped, count, pending
-        self._classes = WorkloadClasses(
-            axis=str(axis) if axis is not None else None,
-            median=int(median) if median is not None else None,
-        )
+        self._classes = classes
 
 
 __all__ = [

@@ -29,6 +29,7 @@ from kernelarc.proposers.builtin import (
     effect_by_class,
     failure_summary,
     geomean,
+    ms_by_uuid,
     outcome_of,
 )
 
@@ -50,7 +51,7 @@ class SeedAgent(Agent):
         self._index = 0
         self._pending: int | None = None
         self._baseline_ms: dict[str, float] = {}
-        self._classes = WorkloadClasses(axis=None, median=None)
+        self._classes = WorkloadClasses()
 
     def _hashes(self) -> list[str]:
         return [s.content_hash() for s in self.solutions]
@@ -111,13 +112,12 @@ class SeedAgent(Agent):
             "pending": self._pending,
             "hashes": self._hashes(),
             "baseline_ms": dict(self._baseline_ms),
-            "classes": {"axis": self._classes.axis, "median": self._classes.median},
+            "classes": self._classes.to_state(),
         }
 
     def restore(self, state: dict[str, object]) -> None:
         index, pending = state.get("index", 0), state.get("pending")
-        hashes, base = state.get("hashes"), state.get("baseline_ms", {})
-        classes = state.get("classes", {})
+        hashes = state.get("hashes")
         if not isinstance(index, int) or isinstance(index, bool):
             raise ValueError(f"seed agent state: 'index' must be an int, got {index!r}")
         if not 0 <= index <= len(self.solutions):
@@ -129,15 +129,10 @@ class SeedAgent(Agent):
                 "seed agent state was saved with other seed solutions: resume with the "
                 "same --seed-solution files, in the same order"
             )
-        if not isinstance(base, dict) or not isinstance(classes, dict):
-            raise ValueError("seed agent state: 'baseline_ms'/'classes' must be objects")
-        axis, median = classes.get("axis"), classes.get("median")
+        base = ms_by_uuid(state.get("baseline_ms", {}), "seed agent", "'baseline_ms'")
+        classes = WorkloadClasses.from_state(state.get("classes", {}), "seed agent")
         self._index, self._pending = index, pending
-        self._baseline_ms = {str(k): float(v) for k, v in base.items()}
-        self._classes = WorkloadClasses(
-            axis=str(axis) if axis is not None else None,
-            median=int(median) if median is not None else None,
-        )
+        self._baseline_ms, self._classes = base, classes
 
 
 __all__ = ["SeedAgent"]

@@ -30,6 +30,7 @@ from kernelarc.proposers.builtin import (
     failure_summary,
     geomean,
     make_solution,
+    ms_by_uuid,
     outcome_of,
 )
 from kernelarc.proposers.rewrite.codegen import CodegenError
@@ -62,7 +63,7 @@ class RewriteAgent(Agent):
         self._families: list[str] | None = None
         self._tried: list[dict[str, object]] = []
         self._baseline_ms: dict[str, float] = {}
-        self._classes = WorkloadClasses(axis=None, median=None)
+        self._classes = WorkloadClasses()
 
     # ------------------------------------------------------------------ planning
     def _skip(self, reason: str) -> None:
@@ -180,23 +181,22 @@ class RewriteAgent(Agent):
             "families": list(self._families) if self._families is not None else None,
             "tried": [dict(t) for t in self._tried],
             "baseline_ms": dict(self._baseline_ms),
-            "classes": {"axis": self._classes.axis, "median": self._classes.median},
+            "classes": self._classes.to_state(),
         }
 
     def restore(self, state: dict[str, object]) -> None:
         skipped, families = state.get("skipped"), state.get("families")
-        tried, base = state.get("tried", []), state.get("baseline_ms", {})
-        classes = state.get("classes", {})
+        tried = state.get("tried", [])
         if skipped is not None and not isinstance(skipped, str):
             raise ValueError(f"rewrite agent state: 'skipped' must be a string, got {skipped!r}")
         if families is not None and (
             not isinstance(families, list) or any(f not in FAMILIES for f in families)
         ):
             raise ValueError(f"rewrite agent state: bad 'families' {families!r}")
-        if not isinstance(tried, list) or not isinstance(base, dict):
-            raise ValueError("rewrite agent state: 'tried' must be a list, 'baseline_ms' an object")
-        if not isinstance(classes, dict):
-            raise ValueError("rewrite agent state: 'classes' must be an object")
+        if not isinstance(tried, list):
+            raise ValueError("rewrite agent state: 'tried' must be a list")
+        baseline = ms_by_uuid(state.get("baseline_ms", {}), "rewrite agent", "'baseline_ms'")
+        classes = WorkloadClasses.from_state(state.get("classes", {}), "rewrite agent")
         checked: list[dict[str, object]] = []
         for t in tried:
             if not isinstance(t, dict) or set(t) != {"families", "label", "passed"}:
@@ -207,20 +207,11 @@ class RewriteAgent(Agent):
             if not isinstance(label, str) or passed not in (None, True, False):
                 raise ValueError(f"rewrite agent state: bad label/passed in {t!r}")
             checked.append({"families": [str(f) for f in fams], "label": label, "passed": passed})
-        axis, median = classes.get("axis"), classes.get("median")
-        if axis is not None and not isinstance(axis, str):
-            raise ValueError(f"rewrite agent state: bad classes axis {axis!r}")
-        if median is not None and not isinstance(median, int):
-            raise ValueError(f"rewrite agent state: bad classes median {median!r}")
-        try:
-            baseline = {str(k): float(v) for k, v in base.items()}
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"rewrite agent state: bad 'baseline_ms' ({e})") from e
         self.skipped = skipped
         self._families = [str(f) for f in families] if families is not None else None
         self._tried = checked
         self._baseline_ms = baseline
-        self._classes = WorkloadClasses(axis=axis, median=median)
+        self._classes = classes
 
 
 __all__ = ["ENTRY", "RewriteAgent"]
