@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,3 +67,19 @@ def check_trace_lines(
         assert ev.log.startswith("REWARD_HACK[") == (want == "REWARD_HACK"), detail
         assert "isolation: " in ev.log, detail
     return traces
+
+
+def agent_context(problem: Any, **fields: Any) -> Any:
+    """A plain :class:`~kernelarc.agents.types.AgentContext` for ``problem`` on the CPU
+    (every workload, budget 10); ``fields`` override or add."""
+    from kernelarc.agents.types import AgentContext
+
+    base: dict[str, Any] = {
+        "problem": problem.definition.name,
+        "definition": problem.definition,
+        "device": "cpu",
+        "workloads": tuple(dict(w.axes) for w in problem.workloads),
+        "budget_left": 10,
+    }
+    base.update(fields)
+    return AgentContext.model_validate(base)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _shared import agent_context
 
 from kernelarc.agents.types import (
     AgentContext,
@@ -49,18 +50,6 @@ def problem() -> Problem:
     return load_problem(example_dir("rmsnorm_h512"))
 
 
-def _context(problem: Problem, **kw: object) -> AgentContext:
-    base: dict[str, object] = {
-        "problem": problem.definition.name,
-        "definition": problem.definition,
-        "device": "cpu",
-        "workloads": tuple(dict(w.axes) for w in problem.workloads),
-        "budget_left": 10,
-    }
-    base.update(kw)
-    return AgentContext.model_validate(base)
-
-
 def _result(ev: EvalResult, agent: str, candidate_id: str = "c1") -> CandidateResult:
     """The guard's verdict as agents see it (what the orchestrator's judge hands them)."""
     per = results_of(ev.outcomes, {})
@@ -86,7 +75,7 @@ def _wr(uuid: str, batch: int, latency: float | None, ref: float, status: str = 
 
 def _all_proposals(agent, problem: Problem, device: str = "cpu") -> list[Proposal]:
     out = []
-    while (p := agent.propose(_context(problem, device=device))) is not None:
+    while (p := agent.propose(agent_context(problem, device=device))) is not None:
         out.append(p)
         assert len(out) <= len(COMPILE_VARIANTS) + 1, "the agent never stops proposing"
     return out
@@ -129,7 +118,7 @@ def test_compiled_candidate_matches_reference_in_process(
     writes its cache location into the environment: kept to this test.)"""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     monkeypatch.delenv("_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", raising=False)
-    sol = CompilerAgent().propose(_context(problem))
+    sol = CompilerAgent().propose(agent_context(problem))
     assert sol is not None
     art = choose_builder(sol.solution).build(
         sol.solution, work_dir=tmp_path / "w", cache_dir=tmp_path / "c", timeout=60
@@ -168,9 +157,9 @@ def _small(problem: Problem):
 
 def test_reference_candidate_passes_the_guard(problem: Problem, guard: Guard) -> None:
     agent = ReferenceAgent()
-    proposal = agent.propose(_context(problem))
+    proposal = agent.propose(agent_context(problem))
     assert proposal is not None
-    assert agent.propose(_context(problem)) is None, "the reference is proposed only once"
+    assert agent.propose(agent_context(problem)) is None, "the reference is proposed only once"
     ev = guard.evaluate(proposal.solution, _small(problem))
     statuses = [(o.status.value, o.check, o.log[:300]) for o in ev.outcomes]
     assert len(statuses) == 2 and all(s[0] == "PASSED" for s in statuses), statuses
@@ -184,7 +173,7 @@ def test_reference_candidate_passes_the_guard(problem: Problem, guard: Guard) ->
 @pytest.fixture(scope="module")
 def compiled_verdict(problem: Problem, guard: Guard) -> tuple[CompilerAgent, EvalResult]:
     agent = CompilerAgent()
-    proposal = agent.propose(_context(problem))
+    proposal = agent.propose(agent_context(problem))
     assert proposal is not None and proposal.tags == ("compiler", "default")
     return agent, guard.evaluate(proposal.solution, _small(problem))
 
@@ -214,7 +203,7 @@ def test_compiler_concludes_from_the_real_verdict(compiled_verdict) -> None:
 
 def _compiler_after_one_proposal(problem: Problem, **ctx: object) -> CompilerAgent:
     agent = CompilerAgent()
-    assert agent.propose(_context(problem, **ctx)) is not None
+    assert agent.propose(agent_context(problem, **ctx)) is not None
     return agent
 
 
@@ -260,7 +249,7 @@ def test_compiler_outcomes(problem: Problem) -> None:
 
 
 def test_effect_is_relative_to_own_incumbent(problem: Problem) -> None:
-    ref = ReferenceAgent().propose(_context(problem))
+    ref = ReferenceAgent().propose(agent_context(problem))
     assert ref is not None
     mine = IncumbentView(
         agent="compiler",
@@ -271,7 +260,7 @@ def test_effect_is_relative_to_own_incumbent(problem: Problem) -> None:
         solution=ref.solution,
     )
     agent = CompilerAgent()
-    proposal = agent.propose(_context(problem, incumbent=mine))
+    proposal = agent.propose(agent_context(problem, incumbent=mine))
     assert proposal is not None and proposal.parent_id == "c3" and proposal.mode == "refine"
     per = [_wr("a", 1, 1.0, 1.0), _wr("b", 128, 1.0, 1.0)]
     conclusion = agent.observe(_synthetic(per))
@@ -283,7 +272,7 @@ def test_effect_is_relative_to_own_incumbent(problem: Problem) -> None:
 
 
 def test_must_draft_switches_family_and_links_to_the_board(problem: Problem) -> None:
-    ref = ReferenceAgent().propose(_context(problem))
+    ref = ReferenceAgent().propose(agent_context(problem))
     assert ref is not None
 
     def view(agent: str, cid: str, score: float) -> IncumbentView:
@@ -300,16 +289,16 @@ def test_must_draft_switches_family_and_links_to_the_board(problem: Problem) -> 
         incumbents=(view("compiler", "c9", 9.0), view("llm", "c2", 1.5), view("x", "c4", 1.2))
     )
     agent = CompilerAgent()
-    first = agent.propose(_context(problem, board=board))
+    first = agent.propose(agent_context(problem, board=board))
     assert first is not None and first.tags == ("compiler", "default") and first.mode == "refine"
-    draft = agent.propose(_context(problem, board=board, must_draft=True))
+    draft = agent.propose(agent_context(problem, board=board, must_draft=True))
     assert draft is not None and draft.mode == "draft"
     assert draft.tags == ("compiler", "coordinate-descent")
     assert draft.parent_id == "c2", "the best incumbent of *another* agent"
     assert "coordinate_descent_tuning" in draft.solution.sources[0].content
     # Refining resumes after the drafted configuration; a second draft switches back.
-    assert agent.propose(_context(problem)).tags == ("compiler", "epilogue-fusion")
-    again = agent.propose(_context(problem, must_draft=True))
+    assert agent.propose(agent_context(problem)).tags == ("compiler", "epilogue-fusion")
+    again = agent.propose(agent_context(problem, must_draft=True))
     assert again is not None and again.tags == ("compiler", "static") and again.parent_id is None
     rest = [p.tags[1] for p in _all_proposals(agent, problem)]
     assert rest == ["max-autotune-no-cudagraphs"]
@@ -331,13 +320,13 @@ def test_compiled_source_text(problem: Problem) -> None:
 
 def test_compiler_state_round_trip(problem: Problem) -> None:
     agent = CompilerAgent()
-    agent.propose(_context(problem))
-    agent.propose(_context(problem, must_draft=True))
+    agent.propose(agent_context(problem))
+    agent.propose(agent_context(problem, must_draft=True))
     saved = json.loads(json.dumps(agent.state()))
     twin = CompilerAgent()
     twin.restore(saved)
     assert twin.state() == agent.state()
-    a, b = agent.propose(_context(problem)), twin.propose(_context(problem))
+    a, b = agent.propose(agent_context(problem)), twin.propose(agent_context(problem))
     assert a is not None and b is not None and a.solution == b.solution
     with pytest.raises(ValueError, match="unknown configuration"):
         CompilerAgent().restore({"tried": ["no-such-config"]})
@@ -345,10 +334,10 @@ def test_compiler_state_round_trip(problem: Problem) -> None:
 
 def test_reference_state_round_trip(problem: Problem) -> None:
     agent = ReferenceAgent()
-    agent.propose(_context(problem))
+    agent.propose(agent_context(problem))
     twin = ReferenceAgent()
     twin.restore(json.loads(json.dumps(agent.state())))
-    assert twin.propose(_context(problem)) is None
+    assert twin.propose(agent_context(problem)) is None
     with pytest.raises(ValueError, match="proposed"):
         twin.restore({"proposed": "yes"})
 
@@ -357,14 +346,14 @@ def test_reference_state_round_trip(problem: Problem) -> None:
 
 
 def test_scripted_agent_records_and_replays(problem: Problem) -> None:
-    ref = ReferenceAgent().propose(_context(problem))
+    ref = ReferenceAgent().propose(agent_context(problem))
     assert ref is not None
 
     def custom(ctx: AgentContext) -> Proposal:
         return Proposal(solution=ref.solution, hypothesis=f"round {ctx.round}", mode="draft")
 
     agent = ScriptedAgent([ref.solution, custom, None, ref.solution], name="fake")
-    contexts = [_context(problem, round=i, must_draft=(i == 0)) for i in range(4)]
+    contexts = [agent_context(problem, round=i, must_draft=(i == 0)) for i in range(4)]
     p0 = agent.propose(contexts[0])
     assert p0 is not None and p0.mode == "draft" and p0.solution == ref.solution
     c0 = agent.observe(_synthetic([_wr("a", 1, 1.0, 2.0)]))
@@ -388,7 +377,7 @@ def test_scripted_agent_records_and_replays(problem: Problem) -> None:
 def test_scripted_step_must_return_a_proposal(problem: Problem) -> None:
     agent = ScriptedAgent([lambda ctx: "not a proposal"])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="must return a Proposal"):
-        agent.propose(_context(problem))
+        agent.propose(agent_context(problem))
 
 
 # ------------------------------------------------------------------------------ registry
@@ -422,7 +411,7 @@ def test_registry() -> None:
 
 def test_reference_stopped_as_hopeless_is_not_called_broken(problem: Problem) -> None:
     agent = ReferenceAgent()
-    assert agent.propose(_context(problem)) is not None
+    assert agent.propose(agent_context(problem)) is not None
     result = CandidateResult(
         candidate_id="c3",
         agent="reference",

@@ -30,12 +30,12 @@ from typing import Any
 
 import pytest
 import torch
+from _shared import agent_context
 
 from kernelarc.agents.conformance import check_agent
 from kernelarc.agents.memory import code_marker
 from kernelarc.agents.types import (
     CLAIM_MAX,
-    AgentContext,
     BoardSnapshot,
     CandidateResult,
     Conclusion,
@@ -72,18 +72,6 @@ def _example(problem: Problem, file: str) -> Solution:
 def _reference(problem: Problem) -> Solution:
     d = problem.definition
     return make_solution(d, agent="t", name="ref", description="r", source=d.reference, entry="run")
-
-
-def _context(problem: Problem, **kw: Any) -> AgentContext:
-    base: dict[str, Any] = {
-        "problem": problem.definition.name,
-        "definition": problem.definition,
-        "device": "cpu",
-        "workloads": tuple(dict(w.axes) for w in problem.workloads),
-        "budget_left": 10,
-    }
-    base.update(kw)
-    return AgentContext.model_validate(base)
 
 
 def _board(*views: IncumbentView) -> BoardSnapshot:
@@ -274,33 +262,33 @@ def test_graph_static_buffers_keep_layout(graph_module: Any, make: Any) -> None:
 
 def test_cudagraph_agent_proposes_nothing_on_cpu(rms: Problem) -> None:
     agent = CudaGraphAgent()
-    assert agent.propose(_context(rms)) is None
+    assert agent.propose(agent_context(rms)) is None
     assert "CUDA only" in CudaGraphAgent.description
 
 
 def test_cudagraph_agent_wraps_best_once_per_change(rms: Problem) -> None:
     agent = CudaGraphAgent()
-    first = agent.propose(_context(rms, device="cuda"))
+    first = agent.propose(agent_context(rms, device="cuda"))
     assert first is not None and first.parent_id is None and "reference" in first.tags
-    assert agent.propose(_context(rms, device="cuda")) is None, "the reference is wrapped once"
+    assert agent.propose(agent_context(rms, device="cuda")) is None, "the reference is wrapped once"
     triton_base, cuda = _example(rms, "solution_triton.json"), _example(rms, "solution_cuda.json")
     board = _board(
         _view("tuner", "t1", 2.0, triton_base),
         _view("coder", "k1", 5.0, cuda),  # best, but C++: cannot be wrapped
         _view(agent.name, "own", 9.0, first.solution),  # its own: never wrapped again
     )
-    second = agent.propose(_context(rms, device="cuda", board=board))
+    second = agent.propose(agent_context(rms, device="cuda", board=board))
     assert second is not None and second.parent_id == "t1"
     assert second.solution.spec.destination_passing_style is True
-    assert agent.propose(_context(rms, device="cuda", board=board)) is None
+    assert agent.propose(agent_context(rms, device="cuda", board=board)) is None
     newer = _board(*board.incumbents, _view("compiler", "c9", 3.0, _reference(rms)))
-    third = agent.propose(_context(rms, device="cuda", board=newer))
+    third = agent.propose(agent_context(rms, device="cuda", board=newer))
     assert third is not None and third.parent_id == "c9"
 
 
 def test_cudagraph_agent_concludes_and_round_trips(rms: Problem, rms_guard: Guard) -> None:
     agent = CudaGraphAgent()
-    proposal = agent.propose(_context(rms, device="cuda"))
+    proposal = agent.propose(agent_context(rms, device="cuda"))
     assert proposal is not None
     state = json.loads(json.dumps(agent.state()))
     twin = CudaGraphAgent()
@@ -329,7 +317,7 @@ def test_cudagraph_agent_concludes_and_round_trips(rms: Problem, rms_guard: Guar
 
 def _proposals(agent: PrecisionAgent, problem: Problem, **kw: Any) -> list[Any]:
     out = []
-    while (p := agent.propose(_context(problem, **kw))) is not None:
+    while (p := agent.propose(agent_context(problem, **kw))) is not None:
         out.append(p)
         assert len(out) <= 12, "the agent never stops proposing"
     return out
@@ -373,7 +361,7 @@ def test_precision_candidates_judged_and_concluded(gemm: Problem, gemm_guards: A
     agent = PrecisionAgent()
     workloads = _smallest(gemm, 2)
     seen: list[tuple[str, bool]] = []
-    while (proposal := agent.propose(_context(gemm))) is not None:
+    while (proposal := agent.propose(agent_context(gemm))) is not None:
         policy = policy_named(proposal.tags[1])
         ev = lax.evaluate(proposal.solution, workloads)
         statuses = _statuses(ev)
@@ -409,7 +397,7 @@ def test_tf32_reported_accepted_and_rejected_when_strict(gemm: Problem, gemm_gua
     assert all(s[0] == "PASSED" for s in _statuses(ev)), _statuses(ev)
     assert "'cuda.matmul.allow_tf32': True" in (ev.traces[0].evaluation.log or "")
     agent = PrecisionAgent()
-    proposal = agent.propose(_context(gemm, device="cuda"))
+    proposal = agent.propose(agent_context(gemm, device="cuda"))
     assert proposal is not None and proposal.tags[1] == "tf32"
     assert proposal.solution.content_hash() == tf32.content_hash()
     rejected = strict.evaluate(proposal.solution, workloads)
@@ -417,7 +405,7 @@ def test_tf32_reported_accepted_and_rejected_when_strict(gemm: Problem, gemm_gua
     conclusion = agent.observe(_result(rejected, agent.name))
     _check_claim(conclusion)
     assert conclusion.outcome == "failed" and "strict mode" in conclusion.claim
-    assert agent.propose(_context(gemm, device="cuda")) is None, "strict mode: the agent stops"
+    assert agent.propose(agent_context(gemm, device="cuda")) is None, "strict mode: the agent stops"
 
 
 def test_precision_restore_rejects_bad_state() -> None:

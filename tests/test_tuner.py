@@ -32,11 +32,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _shared import agent_context
 from data.orchestrator.harness import GUARD_CONFIG, cli_env, read_store, run_config
 
 from kernelarc.agents.conformance import check_agent
 from kernelarc.agents.types import (
-    AgentContext,
     BoardSnapshot,
     CandidateResult,
     IncumbentView,
@@ -378,18 +378,6 @@ def problem() -> Problem:
     return load_problem(example_dir("rmsnorm_h512"))
 
 
-def _context(problem: Problem, **kw: object) -> AgentContext:
-    base: dict[str, object] = {
-        "problem": problem.definition.name,
-        "definition": problem.definition,
-        "device": "cpu",
-        "workloads": tuple(dict(w.axes) for w in problem.workloads),
-        "budget_left": 10,
-    }
-    base.update(kw)
-    return AgentContext.model_validate(base)
-
-
 def _view(agent: str, cid: str, score: float, solution: Solution, ms: float = 1.0):
     return IncumbentView(
         agent=agent,
@@ -433,7 +421,7 @@ def _verdict(cid: str, ms: float, *, passed: bool = True, stage: str = "full"):
 def test_no_triton_candidate_means_none(problem: Problem) -> None:
     tuner = TunerAgent()
     assert TunerAgent.waits_for_board is True
-    assert tuner.propose(_context(problem)) is None
+    assert tuner.propose(agent_context(problem)) is None
     ref = Solution.model_validate(
         {
             "name": "ref",
@@ -443,13 +431,19 @@ def test_no_triton_candidate_means_none(problem: Problem) -> None:
             "sources": [{"path": "m.py", "content": problem.definition.reference}],
         }
     )
-    assert tuner.propose(_context(problem, board=_board(_view("compiler", "c1", 3.0, ref)))) is None
+    assert (
+        tuner.propose(agent_context(problem, board=_board(_view("compiler", "c1", 3.0, ref))))
+        is None
+    )
     computed = RMS_ROWS.replace("ROWS = 2", "ROWS = min(2, 4)").replace(
         "num_warps=4", "num_warps=max(4, 1)"
     )
     untunable = triton_solution(computed)
     assert solution_tunables(untunable).params == ()
-    assert tuner.propose(_context(problem, board=_board(_view("x", "c2", 2.0, untunable)))) is None
+    assert (
+        tuner.propose(agent_context(problem, board=_board(_view("x", "c2", 2.0, untunable))))
+        is None
+    )
 
 
 def test_bases_best_triton_first_then_a_better_newcomer(problem: Problem) -> None:
@@ -457,14 +451,14 @@ def test_bases_best_triton_first_then_a_better_newcomer(problem: Problem) -> Non
     b = triton_solution(RMS_LITERAL, "b")
     tuner = TunerAgent()
     board = _board(_view("llm", "c1", 1.2, b), _view("seed", "c2", 1.5, a))
-    p1 = tuner.propose(_context(problem, board=board))
+    p1 = tuner.propose(agent_context(problem, board=board))
     assert p1 is not None and p1.parent_id == "c2" and "seed's Triton candidate c2" in p1.hypothesis
     assert _differing_tokens(a.sources[0].content, p1.solution.sources[0].content) == [("4", "8")]
     assert p1.solution.author == "kernelarc:tuner" and p1.solution.spec == a.spec
     tuner.observe(_verdict("c3", 1.0))  # no gain (same latency as the base)
     better = triton_solution(RMS_ROWS.replace("num_warps=4", "num_warps=2"), "c")
     board2 = _board(*board.incumbents, _view("rewrite", "c9", 2.5, better))
-    p2 = tuner.propose(_context(problem, board=board2))
+    p2 = tuner.propose(agent_context(problem, board=board2))
     assert p2 is not None and p2.parent_id == "c9" and "better Triton incumbent" in p2.hypothesis
     assert [b.candidate_id for b in tuner.bases()] == ["c2", "c1", "c9"]
 
@@ -472,7 +466,7 @@ def test_bases_best_triton_first_then_a_better_newcomer(problem: Problem) -> Non
 def test_coordinate_descent_keeps_gains_and_never_repeats(problem: Problem) -> None:
     seed = triton_solution(RMS_ROWS)
     tuner = TunerAgent()
-    ctx = _context(problem, board=_board(_view("seed", "c1", 2.0, seed, ms=1.0)))
+    ctx = agent_context(problem, board=_board(_view("seed", "c1", 2.0, seed, ms=1.0)))
     seen = {seed.content_hash()}
     p = tuner.propose(ctx)
     assert p is not None and p.tags == ("tuner", "set", "num_warps")
@@ -503,7 +497,7 @@ def test_coordinate_descent_keeps_gains_and_never_repeats(problem: Problem) -> N
 def test_draft_switches_base_and_tries_are_capped(problem: Problem) -> None:
     a, b = triton_solution(RMS_ROWS, "a"), triton_solution(RMS_LITERAL, "b")
     tuner = TunerAgent(max_tries_per_base=2)
-    ctx = _context(problem, board=_board(_view("x", "c1", 2.0, a), _view("y", "c2", 1.0, b)))
+    ctx = agent_context(problem, board=_board(_view("x", "c1", 2.0, a), _view("y", "c2", 1.0, b)))
     first = tuner.propose(ctx)
     assert first is not None and first.parent_id == "c1" and first.mode == "refine"
     tuner.observe(_verdict("c3", 1.0))
@@ -521,7 +515,7 @@ def test_draft_switches_base_and_tries_are_capped(problem: Problem) -> None:
 
 def test_screen_only_pass_is_not_kept(problem: Problem) -> None:
     tuner = TunerAgent()
-    ctx = _context(problem, board=_board(_view("seed", "c1", 2.0, triton_solution(RMS_ROWS))))
+    ctx = agent_context(problem, board=_board(_view("seed", "c1", 2.0, triton_solution(RMS_ROWS))))
     assert tuner.propose(ctx) is not None
     c = tuner.observe(_verdict("c2", 0.5, stage="screen"))
     assert "screening only" in c.claim and c.claim.endswith("not kept")
@@ -530,7 +524,7 @@ def test_screen_only_pass_is_not_kept(problem: Problem) -> None:
 
 def test_tuner_state_round_trip_and_bad_state(problem: Problem) -> None:
     tuner = TunerAgent(max_tries_per_base=5)
-    ctx = _context(problem, board=_board(_view("seed", "c1", 2.0, triton_solution(RMS_ROWS))))
+    ctx = agent_context(problem, board=_board(_view("seed", "c1", 2.0, triton_solution(RMS_ROWS))))
     assert tuner.propose(ctx) is not None
     tuner.observe(_verdict("c2", 0.8))
     assert tuner.propose(ctx) is not None  # pending
@@ -558,19 +552,19 @@ def test_tuner_state_round_trip_and_bad_state(problem: Problem) -> None:
 def test_seed_agent_proposes_each_once_in_order(problem: Problem) -> None:
     one, two = triton_solution(RMS_ROWS, "one"), triton_solution(RMS_LITERAL, "two")
     seed = SeedAgent([one, two])
-    p = seed.propose(_context(problem, must_draft=True))
+    p = seed.propose(agent_context(problem, must_draft=True))
     assert p is not None and p.solution == one and p.mode == "draft"
     c = seed.observe(_verdict("c1", 1.0))
     assert c.claim.startswith("seed 'one' (1/2): 2.00x over eager on 2/2 workloads")
     assert c.outcome == "no_gain" and c.strategy == "seed"
     saved = json.loads(json.dumps(seed.state()))
-    p = seed.propose(_context(problem))
+    p = seed.propose(agent_context(problem))
     assert p is not None and p.solution == two and p.mode == "refine"
     assert "failed on 2/2 workloads" in seed.observe(_verdict("c2", 0, passed=False)).claim
-    assert seed.propose(_context(problem)) is None
+    assert seed.propose(agent_context(problem)) is None
     twin = SeedAgent([one, two])
     twin.restore(saved)
-    again = twin.propose(_context(problem))
+    again = twin.propose(agent_context(problem))
     assert again is not None and again.solution == two
     with pytest.raises(ValueError, match="other seed solutions"):
         SeedAgent([two, one]).restore(saved)
@@ -636,7 +630,7 @@ def test_tuned_candidate_passes_the_real_guard(small_problem: Path, guard: Guard
         solution=seed,
     )
     tuner = TunerAgent()
-    proposal = tuner.propose(_context(problem, board=_board(view)))
+    proposal = tuner.propose(agent_context(problem, board=_board(view)))
     assert proposal is not None and "num_warps=8" in proposal.solution.sources[0].content
     ev = guard.evaluate(proposal.solution)
     result = _candidate_result(ev, "c2")
