@@ -139,3 +139,31 @@ def test_call_log_brackets_each_call() -> None:
     short = [s for i, s in enumerate(spans) if i % 2 == 0]
     long = [s for i, s in enumerate(spans) if i % 2]
     assert max(short) < min(long)  # side-stream work counts for its own call only
+
+
+def test_call_log_partitions_records_between_markers() -> None:
+    """The partition itself, on constructed records (no GPU): a call's records are those
+    whose correlation id lies between its two markers (stream 7 here), whatever stream or
+    order they arrive in; work between calls (the L2 flush) counts for none."""
+    from kernelarc.guard.cupti import ActivityRecord, CallLog
+
+    def rec(cid: int, start: int, end: int, stream: int | None) -> ActivityRecord:
+        kind = "kernel" if stream is not None else "memcpy"
+        return ActivityRecord(kind, start, end, cid, "k", stream)
+
+    log = CallLog()
+    log._sid, log._n = 7, 2
+    records = [
+        rec(5, 0, 10_000, 3),  # before the first marker: the flush
+        rec(20, 900_000, 901_000, 7),  # call 0 markers: 10, 20
+        rec(10, 100_000, 100_500, 7),
+        rec(12, 200_000, 203_000, 3),
+        rec(15, 250_000, 1_250_000, 4),  # a side stream counts
+        rec(25, 950_000, 960_000, 3),  # between calls
+        rec(30, 2_000_000, 2_000_100, 7),  # call 1: nothing inside
+        rec(31, 2_100_000, 2_100_100, 7),
+    ]
+    assert log._partition(records) == [pytest.approx(1.05), None]
+    log._n = 3
+    with pytest.raises(RuntimeError, match="marker records"):
+        log._partition(records)

@@ -35,6 +35,7 @@ on demand, hold tens of thousands of records per call).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -281,7 +282,6 @@ class CallLog:
 
     def __init__(self) -> None:
         self._span = ActivitySpan()
-        self._marks: list[tuple[int, int]] = []
         self._stream: Any = None
         self._buf: Any = None
         self._stack: Any = None
@@ -351,10 +351,12 @@ class CallLog:
                 f"found {len(marks)} marker records for {self._n} bracketed calls: records "
                 "were lost or the calls used the markers' stream"
             )
+        by_id = sorted(records, key=lambda r: r.correlation_id)
+        ids = [r.correlation_id for r in by_id]
         spans: list[float | None] = []
         for i in range(self._n):
             lo, hi = marks[2 * i], marks[2 * i + 1]
-            inside = [r for r in records if lo < r.correlation_id < hi]
+            inside = by_id[bisect.bisect_right(ids, lo) : bisect.bisect_left(ids, hi)]
             if not inside:
                 spans.append(None)
                 continue

@@ -20,6 +20,7 @@ sees them); CPU timings are noisy at the microsecond level.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -146,22 +147,17 @@ def _run_cupti(loop: _Loop, warmup: int, extend: _Extend) -> str:
     (``cupti-per-call``, slower on the host; the reason is printed to the worker's log)."""
     from kernelarc.guard.cupti import ActivitySpan, CallLog
 
-    log = CallLog()
-    try:
-        log.__enter__()
-    except RuntimeError as e:
-        print(f"kernelarc: CUPTI call log unavailable ({e}); one flush per call")
-        loop.span = ActivitySpan()
-        with loop.span.session():
-            loop.run(warmup, extend)
-        return "cupti-per-call"
-    loop.log = log
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            log = stack.enter_context(CallLog())
+        except RuntimeError as e:
+            print(f"kernelarc: CUPTI call log unavailable ({e}); one flush per call")
+            loop.span = ActivitySpan()
+            with loop.span.session():
+                loop.run(warmup, extend)
+            return "cupti-per-call"
+        loop.log = log
         loop.run(warmup, extend)
-    except BaseException as e:
-        log.__exit__(type(e), e, e.__traceback__)
-        raise
-    log.__exit__(None, None, None)
     if any(ms is None for ms in log.spans_ms):
         raise RuntimeError(
             "no GPU activity (kernel, memcpy or memset) was recorded inside the span: "
