@@ -20,6 +20,7 @@ rounding (e.g. ``a.float() @ b.float()``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kernelarc.proposers.rewrite.graph import Site, aliases_input, has_inplace, kind
@@ -94,34 +95,37 @@ def _safe_to_replace(node: torch.fx.Node, by: Any) -> bool:
     return not (_feeds_output(node) and aliases_input(by))
 
 
-def identity_casts(gm: torch.fx.GraphModule, facts: Facts) -> int:
+def _drop_identities(
+    gm: torch.fx.GraphModule, source_if_identity: Callable[[torch.fx.Node], Any]
+) -> int:
+    """Replace every node that ``source_if_identity`` maps to its unchanged source."""
     count = 0
     for node in list(gm.graph.nodes):
-        target = cast_target(node, facts)
-        src = node.args[0] if node.args else None
-        if target is None or facts.dtype(src) != target:
-            continue
-        if not _safe_to_replace(node, src):
+        src = source_if_identity(node)
+        if src is None or not _safe_to_replace(node, src):
             continue
         Site(gm.graph).replace(node, src)
         count += 1
     return count
+
+
+def identity_casts(gm: torch.fx.GraphModule, facts: Facts) -> int:
+    def source(node: torch.fx.Node) -> Any:
+        target = cast_target(node, facts)
+        src = node.args[0] if node.args else None
+        return src if target is not None and facts.dtype(src) == target else None
+
+    return _drop_identities(gm, source)
 
 
 def identity_contiguous(gm: torch.fx.GraphModule, facts: Facts) -> int:
-    count = 0
-    for node in list(gm.graph.nodes):
+    def source(node: torch.fx.Node) -> Any:
         if kind(node) != "contiguous" or len(node.args) != 1 or node.kwargs:
-            continue
-        src = node.args[0]
-        ts = facts.tensors(src)
-        if not ts or not all(t.contiguous for t in ts):
-            continue
-        if not _safe_to_replace(node, src):
-            continue
-        Site(gm.graph).replace(node, src)
-        count += 1
-    return count
+            return None
+        ts = facts.tensors(node.args[0])
+        return node.args[0] if ts and all(t.contiguous for t in ts) else None
+
+    return _drop_identities(gm, source)
 
 
 def round_trip_casts(gm: torch.fx.GraphModule, facts: Facts) -> int:
