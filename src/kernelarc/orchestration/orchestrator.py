@@ -121,7 +121,7 @@ class Orchestrator:
         return finish(self)
 
     def _priority(self, name: str) -> int:
-        return int(getattr(self.agents[name], "priority", 0))
+        return self.agents[name].priority
 
     def _idle(self, inflight: dict[Future[Any], str]) -> list[str]:
         busy = set(inflight.values())
@@ -190,11 +190,7 @@ class Orchestrator:
             return
         if proposal is None:
             others = set(self.agents) - self.retired - set(self.waiting) - {name}
-            if (
-                self.config.board
-                and getattr(self.agents[name], "waits_for_board", False)
-                and others
-            ):
+            if self.config.board and self.agents[name].waits_for_board and others:
                 self.waiting[name] = self.asked.get(name, self.board.version)
                 self.event("agent_waiting", {"agent": name, "board_version": self.waiting[name]})
                 return
