@@ -172,17 +172,8 @@ class SlotWriter:
             self._drop(key)
 
 
-def write_tensor(t: Any, path: Path) -> dict[str, Any]:
-    """Write one tensor to ``path`` without keeping the mapping (see :class:`SlotWriter`)."""
-    w = SlotWriter()
-    try:
-        return w.write(t, path)
-    finally:
-        w.close()
-
-
 def read_tensor(header: dict[str, Any], device: Any) -> Any:
-    """Re-assemble a tensor written by :func:`write_tensor`, validating the header."""
+    """Re-assemble a tensor written by :meth:`SlotWriter.write`, validating the header."""
     import torch
 
     name = header.get("dtype")
