@@ -17,9 +17,10 @@ from the operand dtypes, the scale dtypes/shapes (torch's own scaling classifica
 priority order) and the operands' device, whether the native op supports it: packed FP4 with
 e4m3 1x16 scales (NVFP4) and FP8 with e8m0 1x32 scales (MXFP8) natively only on CUDA devices
 of compute capability 10.0 or more; FP8 with float32 per-tensor or row-wise scales natively
-on the CPU and on CUDA 8.9+. ROCm devices and configurations this module does not emulate
-(FP8 1x128/128x128 block scales, FP8 outputs) always go to the native op, which then raises
-its own error where it has no kernel. Nothing is switched by problem name.
+on CUDA 8.9+; on the CPU per-tensor always, row-wise where this torch's CPU kernel takes it
+(probed once: torch 2.13 does, 2.11 does not). ROCm devices and configurations this module
+does not emulate (FP8 1x128/128x128 block scales, FP8 outputs) always go to the native op,
+which then raises its own error where it has no kernel. Nothing is switched by problem name.
 
 The arithmetic (:func:`emulated_scaled_mm`), exactly the definition of the native op:
 dequantize each operand to float32 (e2m1 value x its block's scale; both factors are exact
@@ -227,7 +228,23 @@ def has_native(kind: str, device: torch.device) -> bool:
         cap = torch.cuda.get_device_capability(device)
         return cap >= ((10, 0) if kind in (NVFP4, MXFP8) else (8, 9))
     if device.type == "cpu":
-        return kind in (TENSORWISE, ROWWISE)
+        return kind == TENSORWISE or (kind == ROWWISE and _cpu_rowwise_native())
+    return True
+
+
+@functools.cache
+def _cpu_rowwise_native() -> bool:
+    """Whether this torch's CPU ``_scaled_mm`` takes row-wise FP8 scales (2.13 does; 2.11
+    raises "only supports per-tensor scaling for CPU backend"): one tiny native call."""
+    import torch
+
+    native = _installed[0] if _installed is not None else torch._scaled_mm
+    a = torch.zeros(16, 16, dtype=torch.float8_e4m3fn)
+    b = torch.zeros(16, 16, dtype=torch.float8_e4m3fn).t()
+    try:
+        native(a, b, torch.ones(16, 1), torch.ones(1, 16), out_dtype=torch.bfloat16)
+    except RuntimeError:
+        return False
     return True
 
 

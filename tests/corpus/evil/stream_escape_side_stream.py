@@ -18,6 +18,9 @@ def run(hidden_states, weight, output):
     side = _streams.setdefault(hidden_states.device.index, torch.cuda.Stream(hidden_states.device))
     side.wait_stream(torch.cuda.current_stream(hidden_states.device))
     with torch.cuda.stream(side):
-        torch.cuda._sleep(2_000_000)  # ~1 ms of GPU time the caller's stream never waits for
-        for _ in range(20):
-            _rms(hidden_states, weight, output)
+        # ~10 ms of GPU time the caller's stream never waits for. It must outlast the host's
+        # own launch time: GPU work queued no faster than the host launches it ends with the
+        # call and escapes nothing (20 eager RMSNorms behind a 1 ms sleep took 2.5 ms of host
+        # launches on the H200 and finished within 0.1 ms of the call's return).
+        torch.cuda._sleep(20_000_000)
+        _rms(hidden_states, weight, output)
