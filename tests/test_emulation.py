@@ -248,10 +248,24 @@ def test_fp8_scaled_mm_agrees_with_the_native_op(device: str, kind: str) -> None
     native = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
     got = emu.emulated_scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
     assert got.dtype == native.dtype and got.shape == native.shape == (64, 48)
-    # the same exact products; only the float32 summation order may differ
-    torch.testing.assert_close(got, native, rtol=1e-5, atol=1e-3)
     n16 = torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
     g16 = emu.emulated_scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+    if device == "cuda" and torch.cuda.get_device_capability() < (10, 0):
+        # Ada/Hopper FP8 tensor cores accumulate in a reduced-precision (about 13 mantissa
+        # bits, truncating) register before cuBLAS promotes to float32: the native result
+        # is within a few 2^-13 of the sum of |products| (truncation errors of one sign add
+        # up over a promotion interval); the emulation is exact. 2^-9 leaves room for that
+        # and still fails any semantic difference (a scale, an input rounding: errors ~1).
+        mag = (a.float().abs() @ b.float().abs()).double() * (sa * sb).double()
+        err = (got.double() - native.double()).abs()
+        worst = float((err / mag.clamp_min(1e-30)).max())
+        assert worst <= 2**-9, f"native differs by {worst:.2e} of sum|products| (> 2^-9)"
+        torch.testing.assert_close(
+            g16.float(), n16.float(), rtol=2**-7, atol=mag.max().item() * 2**-9
+        )
+        return
+    # the same exact products; only the float32 summation order may differ
+    torch.testing.assert_close(got, native, rtol=1e-5, atol=1e-3)
     mismatch = (n16 != g16).float().mean().item()
     assert mismatch < 0.02, f"{mismatch:.1%} bf16 outputs differ (at most one ulp expected)"
     torch.testing.assert_close(g16.float(), n16.float(), rtol=2**-7, atol=1e-3)

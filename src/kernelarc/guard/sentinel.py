@@ -13,8 +13,11 @@ What this covers, and how:
 - **Identity snapshots** taken before the candidate is imported: timers and clocks
   (``time.*``, ``torch.cuda.Event`` and its methods, synchronisation), and the guard's own
   functions (identity and ``__code__``), checked after import and after every call.
-- **Threads** still alive after a call that were not alive before it; **child processes**
-  left behind; ``sys.settrace``/``sys.setprofile`` installed.
+- **Threads** still alive after a call that were not alive before it, except the daemon
+  threads libraries keep for their own bookkeeping (:data:`LIBRARY_THREADS`: tqdm's monitor,
+  which torch.compile's progress bar starts), told apart by the exact class and the code of
+  its ``run`` as imported before the candidate, never by name; **child processes** left
+  behind; ``sys.settrace``/``sys.setprofile`` installed.
 - **Precision flags** (TF32, reduced-precision reductions, float32 matmul precision) changed
   by the candidate: reported, and rejected only under ``--strict-precision``.
 - :func:`static_scan` (run by the parent on the sources): embedded binaries (long base64 or
@@ -259,6 +262,27 @@ def child_pids() -> list[int]:
     return pids
 
 
+#: Daemon threads a library starts for itself and keeps: (module, class). tqdm's monitor
+#: (one per process, started by the first progress bar: torch.compile's async compile makes
+#: one) only checks whether bars need refreshing.
+LIBRARY_THREADS = (("tqdm._monitor", "TMonitor"),)
+
+
+def _library_thread_classes() -> dict[type, Any]:
+    """The importable :data:`LIBRARY_THREADS` classes and the code of their ``run``,
+    captured before the candidate is imported (it cannot swap either unseen)."""
+    import importlib
+
+    found: dict[type, Any] = {}
+    for mod_name, cls_name in LIBRARY_THREADS:
+        try:
+            cls = getattr(importlib.import_module(mod_name), cls_name)
+        except (ImportError, AttributeError):
+            continue  # the library is not installed: none of its threads can appear
+        found[cls] = cls.run.__code__
+    return found
+
+
 @dataclass
 class Sentinel:
     """The candidate worker's monitor. ``install`` once, ``arm`` before importing the
@@ -289,6 +313,7 @@ class Sentinel:
         self._env = dict(os.environ)
         self._precision = precision_flags()
         self._threads = set(sys._current_frames())
+        self._library_threads = _library_thread_classes()
         self._armed = True
         self._state = self._fingerprint()
 
@@ -417,7 +442,10 @@ class Sentinel:
             found.append(Violation("guard-integrity", "a trace or profile function is set"))
         new = set(sys._current_frames()) - self._threads
         if new:
-            names = [t.name for t in threading.enumerate() if t.ident in new] or [str(new)]
+            by_id = {t.ident: t for t in threading.enumerate()}
+            new = {i for i in new if not self._library_thread(by_id.get(i))}
+        if new:
+            names = [by_id[i].name for i in new if i in by_id] or [str(new)]
             found.append(Violation("threads", f"threads left running: {names}"))
         kids = child_pids()
         if kids:
@@ -432,6 +460,15 @@ class Sentinel:
             if keys:
                 found.append(Violation("env-tamper", f"environment changed: {keys}"))
         return found
+
+    def _library_thread(self, t: threading.Thread | None) -> bool:
+        code = self._library_threads.get(type(t)) if t is not None else None
+        return (
+            t is not None
+            and code is not None
+            and t.daemon
+            and getattr(type(t).run, "__code__", None) is code
+        )
 
     def precision_changes(self) -> dict[str, Any]:
         now = precision_flags()

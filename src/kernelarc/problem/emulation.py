@@ -30,7 +30,10 @@ float32 matmul (TF32 and reduced-precision reductions switched off for the call)
 from the native kernel: only the order (and the internal width) of the K-sum; cuBLAS
 accumulates block products on tensor cores in its own order, so results may differ by a few
 float32 ulps of the accumulator before the final rounding (occasionally one bf16 ulp of the
-output). Per-tensor/row-wise FP8 scales are applied to the float32 accumulator as
+output). Exception: Ada/Hopper FP8 tensor cores accumulate in a truncating register of about
+13 mantissa bits before cuBLAS promotes the partial sums to float32, so there the native FP8
+result is the less exact one (``tests/test_emulation.py`` bounds the difference by a small
+fraction of the sum of |products|). Per-tensor/row-wise FP8 scales are applied to the float32 accumulator as
 ``acc * (scale_a * scale_b)`` the way cuBLAS applies its alpha; torch's CPU kernel may scale
 the operands first instead, which also differs only in float32 rounding.
 
