@@ -10,7 +10,9 @@ def workload_bounds(
     definition: Any, workloads: Sequence[Any], device: str, profile_name: str | None = None
 ) -> tuple[dict[str, float], list[str]]:
     """T_sol in ms per workload uuid for ``profile_name`` (default: the device's own
-    profile), and the warnings for workloads whose bound could not be computed."""
+    profile), and the warnings for workloads whose bound could not be computed. On a CUDA
+    device, a workload that cannot be counted on meta or small CPU tensors (data-dependent
+    shapes too big for the CPU) is counted on real GPU tensors in this process."""
     from kernelarc.roofline.flops import count_workload
     from kernelarc.roofline.profiles import get_profile
     from kernelarc.roofline.score import t_sol_ms
@@ -24,10 +26,33 @@ def workload_bounds(
     out: dict[str, float] = {}
     for wl in workloads:
         try:
-            ms, _ = t_sol_ms(count_workload(definition, wl), profile)
+            try:
+                cost = count_workload(definition, wl)
+            except Exception as e:
+                if not device.startswith("cuda"):
+                    raise
+                # Data-dependent references (nonzero, masks) too big for the CPU: count on
+                # real tensors of the GPU, where the reference runs anyway.
+                try:
+                    cost = count_workload(definition, wl, device="cuda")
+                except Exception as e2:
+                    raise RuntimeError(f"{e}; on cuda: {type(e2).__name__}: {e2}") from e2
+                finally:
+                    _release_cuda()
+            ms, _ = t_sol_ms(cost, profile)
         except Exception as e:
             warnings.append(f"bound of workload {wl.uuid[:13]} not computed: {e}")
             continue
         if ms is not None and ms > 0:
             out[wl.uuid] = float(ms)
     return out, warnings
+
+
+def _release_cuda() -> None:
+    """Give the counted workload's GPU memory back (the guard's workers need it)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
