@@ -186,6 +186,23 @@ def test_data_dependent_reference_too_large_for_cpu_has_a_reason() -> None:
         t_sol_ms(cost, B200)
 
 
+def test_bounds_on_cuda_recount_what_meta_and_cpu_cannot_on_the_gpu() -> None:
+    """The survey and the CLIs ask ``workload_bounds`` for a CUDA device: a reference that
+    cannot be counted on meta tensors and is too big for the CPU is counted on the GPU."""
+    import torch
+
+    from kernelarc.roofline.bounds import workload_bounds
+
+    big = workload(M=600_000)  # x alone: 96 MB, more than the CPU count's 64 MiB limit
+    bounds, warnings = workload_bounds(data_dependent(), [big], "cpu")
+    assert bounds == {} and "; on cuda: " not in warnings[0] and "nonzero" in warnings[0]
+    bounds, warnings = workload_bounds(data_dependent(), [big], "cuda", "H200")
+    if torch.cuda.is_available():
+        assert warnings == [] and bounds[big.uuid] > 0
+    else:  # the GPU count was attempted, and its failure is part of the warning
+        assert bounds == {} and "nonzero" in warnings[0] and "on cuda: " in warnings[0]
+
+
 def test_item_reads_on_meta_use_placeholders_and_say_so() -> None:
     d = make_definition(
         {

@@ -26,17 +26,14 @@ def workload_bounds(
     out: dict[str, float] = {}
     for wl in workloads:
         try:
-            try:
-                cost = count_workload(definition, wl)
-            except Exception as e:
-                if not device.startswith("cuda"):
-                    raise
+            cost = count_workload(definition, wl)
+            if cost.method == "none" and device.startswith("cuda"):
                 # Data-dependent references (nonzero, masks) too big for the CPU: count on
                 # real tensors of the GPU, where the reference runs anyway.
                 try:
                     cost = count_workload(definition, wl, device="cuda")
-                except Exception as e2:
-                    raise RuntimeError(f"{e}; on cuda: {type(e2).__name__}: {e2}") from e2
+                except Exception as e:
+                    raise RuntimeError(f"{cost.reason}; on cuda: {type(e).__name__}: {e}") from e
                 finally:
                     _release_cuda()
             ms, _ = t_sol_ms(cost, profile)
