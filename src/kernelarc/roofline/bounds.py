@@ -30,12 +30,15 @@ def workload_bounds(
             if cost.method == "none" and device.startswith("cuda"):
                 # Data-dependent references (nonzero, masks) too big for the CPU: count on
                 # real tensors of the GPU, where the reference runs anyway.
+                first = cost.reason
                 try:
                     cost = count_workload(definition, wl, device="cuda")
                 except Exception as e:
-                    raise RuntimeError(f"{cost.reason}; on cuda: {type(e).__name__}: {e}") from e
+                    raise RuntimeError(f"{first}; on cuda: {type(e).__name__}: {e}") from e
                 finally:
                     _release_cuda()
+                if cost.method == "none":
+                    cost = cost.model_copy(update={"reason": f"{first}; on cuda: {cost.reason}"})
             ms, _ = t_sol_ms(cost, profile)
         except Exception as e:
             warnings.append(f"bound of workload {wl.uuid[:13]} not computed: {e}")
