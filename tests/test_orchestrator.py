@@ -18,8 +18,8 @@ in the store, resume after SIGKILL in a real subprocess (before and after a cand
 judged), ``kernelarc status --json`` and one real ``kernelarc optimize`` with the built-in
 agents.
 
-Not covered: CUDA, time limits, Ctrl-C, agents that raise in ``propose`` or never return,
-``--memory`` files across runs.
+Not covered: CUDA, time limits (the judge's part: test_judge_time_limit.py), Ctrl-C, agents
+that raise in ``propose`` or never return, ``--memory`` files across runs.
 """
 
 from __future__ import annotations

@@ -36,7 +36,9 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
         return run_status(store, orch.dir.path)
     best_rec, best_ev = max(passes, key=lambda p: (p[1].result.score or 0.0, -p[0].seq))
     chosen = (best_rec, best_ev)
-    if cfg.compose and len(passes) >= 2:
+    if cfg.compose and len(passes) >= 2 and orch.judge.out_of_time():
+        orch.event("compose_skipped", {"why": "time limit reached"})
+    elif cfg.compose and len(passes) >= 2:
         composed = _compose(orch, passes, best_rec, best_ev)
         if composed is not None:
             chosen = composed

@@ -13,12 +13,17 @@ Every new candidate gets the same two stages:
 
 A duplicate (same content hash as a judged candidate) gets the cached verdict and costs no
 budget. The final solution always gets the full protocol on every workload.
+
+Under a time limit (``time_left``), an evaluation in progress when it runs out stops after
+the workload being judged ("time limit reached": the candidate does not pass that stage) and
+no full protocol starts after it: a run overshoots its limit by at most one workload's
+judgement, not by a whole candidate's (a workload in progress is not interrupted).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kernelarc.agents.types import CandidateResult, Mode, WorkloadResult
@@ -89,13 +94,24 @@ def significant(
     return g is not None and g > 1.0 + min_gain
 
 
+#: ``stopped_early`` of an evaluation cut short by the run's time limit.
+TIME_LIMIT = "time limit reached"
+
+
 class Judge:
     """Stages a candidate through the guard; the orchestrator calls it serially."""
 
-    def __init__(self, guard: Guard, config: RunConfig, bounds: dict[str, float]) -> None:
+    def __init__(
+        self,
+        guard: Guard,
+        config: RunConfig,
+        bounds: dict[str, float],
+        time_left: Callable[[], float] | None = None,
+    ) -> None:
         from kernelarc.problem.inputs import estimate_input_bytes
 
         self.guard, self.config, self.bounds = guard, config, bounds
+        self.time_left = time_left
         wls = list(guard.problem.workloads)
         sizes = [estimate_input_bytes(guard.problem.definition, w) for w in wls]
         self.screen_set = screening_set(wls, sizes, config.screen_workloads)
@@ -111,6 +127,8 @@ class Judge:
         factor = self.config.hopeless_factor
 
         def stop(o: WorkloadOutcome) -> str | None:
+            if self.out_of_time():
+                return TIME_LIMIT
             if o.status.value != "PASSED":
                 return f"{o.status.value} on workload {o.workload.uuid}"
             if (
@@ -163,6 +181,7 @@ class Judge:
         stages = [("screen", res, screened)]
         if (
             screened.passed
+            and not self.out_of_time()
             and len(per) == len(self.screen_set)
             and self._promising(screened, incumbents_screen)
         ):
@@ -178,6 +197,9 @@ class Judge:
                 )
             )
         return stages
+
+    def out_of_time(self) -> bool:
+        return self.time_left is not None and self.time_left() <= 0
 
     def _promising(
         self, screened: CandidateResult, incumbents_screen: Sequence[Sequence[WorkloadResult]]

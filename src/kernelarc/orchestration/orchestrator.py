@@ -56,7 +56,7 @@ class Orchestrator:
         if len(self.agents) != len(agents):
             raise ValueError("agent names must be unique")
         self.executor = executor or LocalExecutor(len(agents))
-        self.judge = Judge(guard, config, bounds)
+        self.judge = Judge(guard, config, bounds, self._time_left)
         self.board = Board()
         self.memory = ConclusionMemory()
         self.plateau = PlateauTracker(config.patience)

@@ -1,0 +1,60 @@
+"""The search's time limit inside a judgement (``orchestration/judge.py``), on the CPU.
+
+A real ``Guard`` judges the orchestrator tests' RMSNorm variant of the bundled example
+through ``Judge``: with time left, the screening judges every screened workload and the
+full protocol follows; with none left, the evaluation stops after the first workload as
+"time limit reached" and no full protocol starts.
+
+Not covered: the orchestrator's wall clock itself (``test_orchestrator.py`` runs without
+a time limit; the limit's check between proposals is plain arithmetic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from data.orchestrator.harness import EXAMPLE, GUARD_CONFIG, rms
+
+from kernelarc.guard.evaluator import Guard
+from kernelarc.orchestration.config import RunConfig, StageConfig
+from kernelarc.orchestration.judge import TIME_LIMIT, Judge
+from kernelarc.problem.loader import load_problem
+
+
+@pytest.fixture(scope="module")
+def guard() -> Iterator[Guard]:
+    with Guard(load_problem(EXAMPLE), GUARD_CONFIG) as g:
+        yield g
+
+
+def judge_with(guard: Guard, time_left: float) -> Judge:
+    config = RunConfig(
+        problem=str(EXAMPLE),
+        definition=guard.problem.definition.name,
+        agents=["a"],
+        screen=StageConfig(rounds=1, warmup=1, iterations=3),
+        full=StageConfig(rounds=1, warmup=1, iterations=3),
+    )
+    return Judge(guard, config, {}, lambda: time_left)
+
+
+def test_time_left_lets_both_stages_run(guard: Guard) -> None:
+    j = judge_with(guard, 1e9)
+    stages = j.judge("c1", "a", "s", "refine", rms("tl_ok"), [])
+    assert [name for name, _, _ in stages] == ["screen", "full"]
+    screen = stages[0][2]
+    assert screen.passed and screen.stopped_early is None
+    assert len(screen.per_workload) == len(j.screen_set) > 1
+
+
+def test_no_time_left_stops_after_one_workload_and_skips_the_full_protocol(
+    guard: Guard,
+) -> None:
+    j = judge_with(guard, -1.0)
+    stages = j.judge("c2", "a", "s", "refine", rms("tl_late"), [])
+    assert [name for name, _, _ in stages] == ["screen"]
+    screen = stages[0][2]
+    assert screen.stopped_early == TIME_LIMIT
+    assert not screen.passed
+    assert len(screen.per_workload) == 1 and screen.per_workload[0].status == "PASSED"
