@@ -10,8 +10,10 @@ the latency, the eager reference's latency (timed in the same guard session) and
 bound. torch.compile of the reference (default options, ``dynamic=False``: the guard's
 baseline) is timed in one more guard session on ``--compile-sample`` workloads spread over
 the input sizes (all workloads with ``--compile-sample 0``): compiling per shape is what
-makes it costly. Results go to ``OUT/agents_bench.json`` after every problem, so a
-truncated call keeps what finished. Prints a short table last.
+makes it costly. Results go to ``OUT/agents_bench.json`` after every step (the search, then
+the baseline), so a truncated call keeps what finished. ``--deadline S`` (seconds from the
+start) skips the baseline and the problems that would start after it. Prints a short
+table last.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ def optimize(
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     wall = time.monotonic() - t0
+    run_dir.mkdir(parents=True, exist_ok=True)  # absent when optimize failed at once
     (run_dir / "optimize.stderr.log").write_text(proc.stderr)
     try:
         status = json.loads(proc.stdout)
@@ -141,7 +144,9 @@ def best_results(run_dir: Path) -> dict[str, Any]:
 def compile_baseline(problem_dir: Path, best: Path, sample: int, device: str) -> dict[str, Any]:
     problem = load_problem(problem_dir)
     wls = sorted(problem.workloads, key=lambda w: estimate_input_bytes(problem.definition, w))
-    if sample and len(wls) > sample:
+    if sample == 1 and len(wls) > 1:
+        wls = [wls[len(wls) // 2]]  # the median by input size
+    elif sample and len(wls) > sample:
         idx = sorted({round(i * (len(wls) - 1) / (sample - 1)) for i in range(sample)})
         wls = [wls[i] for i in idx]
     cfg = GuardConfig(device=device, time_compiled_reference=True, warm_spare=False)
@@ -201,26 +206,49 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("agents_bench"))
     ap.add_argument("--agents", default=None, help="passed to optimize (default: all)")
     ap.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a dry run)")
+    ap.add_argument("--deadline", type=float, default=None, help="seconds for the whole script")
     args = ap.parse_args()
+    t_start = time.monotonic()
+
+    def late() -> bool:
+        return args.deadline is not None and time.monotonic() - t_start > args.deadline
+
+    def save() -> None:
+        (args.out / "agents_bench.json").write_text(json.dumps(results, indent=1, default=str))
+
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
     for key in args.only.split(","):
+        if late():
+            print(f"{key}: not started, --deadline passed", flush=True)
+            continue
         problem_dir = args.problems / SIX.get(key, key)
         run_dir = args.out / f"run-{key}"  # shallow: the device tool returns few levels
+        if run_dir.exists():
+            sys.exit(f"{run_dir} exists (an earlier benchmark run): choose a fresh --out")
         r: dict[str, Any] = {"problem_dir": str(problem_dir)}
         r["optimize"] = optimize(
             problem_dir, run_dir, args.budget, args.time_limit, args.agents, args.device
         )
+        results[key] = r
+        if r["optimize"]["exit"] != 0 and not (run_dir / "best" / "solution.json").exists():
+            tail = r["optimize"]["stderr_tail"].strip().splitlines()[-1:] or ["(no stderr)"]
+            print(f"{key}: optimize failed (exit {r['optimize']['exit']}): {tail[0]}", flush=True)
+            r["summary"] = summarize(key, r)
+            save()
+            continue
         r["best"] = best_results(run_dir)
+        save()
         best = run_dir / "best" / "solution.json"
-        if best.exists() and args.compile_sample >= 0:
+        if late():
+            r["compile"] = {"error": "skipped: --deadline passed", "workloads": []}
+        elif best.exists() and args.compile_sample >= 0:
             try:
                 r["compile"] = compile_baseline(problem_dir, best, args.compile_sample, args.device)
             except Exception as e:  # recorded, and the table says "no compile baseline"
                 r["compile"] = {"error": f"{type(e).__name__}: {e}"[:1000], "workloads": []}
         r["summary"] = summarize(key, r)
-        results[key] = r
-        (args.out / "agents_bench.json").write_text(json.dumps(results, indent=1, default=str))
+        save()
         print(json.dumps(r["summary"], default=str), flush=True)
     rows = [r["summary"] for r in results.values()]
 
