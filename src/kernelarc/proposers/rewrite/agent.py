@@ -38,6 +38,7 @@ from kernelarc.proposers.rewrite.rewrites import (
     FAMILIES,
     RewriteError,
     apply_families,
+    families_for,
     solution_source,
 )
 from kernelarc.proposers.rewrite.trace import UntraceableError
@@ -55,7 +56,7 @@ class RewriteAgent(Agent):
     priority: ClassVar[int] = 20
     description: ClassVar[str] = (
         "torch.fx rewrites of the reference into fused library calls (SDPA, rms_norm/"
-        "layer_norm, silu/gelu, redundant casts)"
+        "layer_norm, silu/gelu, half-precision GEMMs of upcast operands, redundant casts)"
     )
 
     def __init__(self) -> None:
@@ -72,7 +73,9 @@ class RewriteAgent(Agent):
 
     def _analyse(self, context: AgentContext) -> list[str] | None:
         try:
-            full = apply_families(context.definition, context.workloads, FAMILIES)
+            full = apply_families(
+                context.definition, context.workloads, families_for(context.device)
+            )
         except (UntraceableError, RewriteError, CodegenError) as e:
             self._skip(str(e))
             return None

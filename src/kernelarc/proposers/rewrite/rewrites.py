@@ -1,7 +1,8 @@
 """The rewrite catalogue and the pipeline that applies a chosen set of families.
 
 Families, in application order (each module's docstring says which rewrites are exact and
-which change rounding): ``casts`` (exact), ``norms``, ``activations``, ``attention``. The
+which change rounding): ``casts`` (exact), ``norms``, ``activations``, ``attention``,
+``matmul`` (CUDA only: :func:`families_for`). The
 exact no-gain rewrites (identity casts, contiguous on contiguous) always run: they do not
 change a single bit and expose patterns to the others. LayerNorm is matched before
 RMSNorm (a written-out LayerNorm contains an RMSNorm of the centred input). The pipeline
@@ -31,6 +32,7 @@ from kernelarc.proposers.rewrite.casts import (
 )
 from kernelarc.proposers.rewrite.codegen import emit_source
 from kernelarc.proposers.rewrite.graph import erase_unused
+from kernelarc.proposers.rewrite.matmul import half_matmuls
 from kernelarc.proposers.rewrite.norms import layer_norms, rms_norm_fold_casts, rms_norms
 from kernelarc.proposers.rewrite.trace import (
     Facts,
@@ -42,7 +44,9 @@ from kernelarc.proposers.rewrite.trace import (
 if TYPE_CHECKING:
     import torch.fx
 
-FAMILIES = ("casts", "norms", "activations", "attention")
+FAMILIES = ("casts", "norms", "activations", "attention", "matmul")
+#: Families whose replacement ops only have CUDA kernels.
+CUDA_ONLY = ("matmul",)
 PASSES = 2
 
 
@@ -72,7 +76,15 @@ REWRITES: tuple[Rewrite, ...] = (
     Rewrite("silu", "activations", False, True, silus),
     Rewrite("gelu", "activations", False, True, gelus),
     Rewrite("sdpa", "attention", False, True, attentions),
+    Rewrite("half-matmul", "matmul", False, True, half_matmuls),
 )
+
+
+def families_for(device: str) -> tuple[str, ...]:
+    """The families whose rewritten code runs on ``device`` (``cpu``, ``cuda``, ``cuda:1``)."""
+    if device.startswith("cuda"):
+        return FAMILIES
+    return tuple(f for f in FAMILIES if f not in CUDA_ONLY)
 
 
 def rewrite_named(name: str) -> Rewrite:
@@ -174,6 +186,7 @@ __all__ = [
     "RewriteError",
     "Rewritten",
     "apply_families",
+    "families_for",
     "rewrite_named",
     "solution_source",
 ]
