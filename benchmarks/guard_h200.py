@@ -5,7 +5,9 @@ candidate's time goes (process start, build, correctness, timing).
     python benchmarks/guard_h200.py --problems DIR [--repeats 5] [--out FILE.json]
 
 DIR holds SOL-ExecBench problems (FlashInfer-Bench/025_rmsnorm_h4096 and
-L1/025_video_latent_gelu_activation are used). Prints a short table last.
+L1/025_video_latent_gelu_activation are used). Prints a short table last. With
+nvidia-ml-py installed, the SM clock is sampled during every evaluation (min, median, max
+per run are printed with the repeatability figures).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import json
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,47 @@ EXAMPLES = ROOT / "src" / "kernelarc" / "examples"
 SOLS = ROOT / "benchmarks" / "solutions"
 
 
+class ClockSampler:
+    """The GPU's SM clock, sampled by NVML every 20 ms while a ``with`` block runs (an
+    unlocked clock is one suspect for run-to-run shifts of microsecond kernels); ``None``
+    figures when nvidia-ml-py is not installed."""
+
+    def __init__(self) -> None:
+        self.mhz: list[int] = []
+        self._stop = threading.Event()
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml: Any = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception as e:  # reported in the summary, never fatal to the benchmark
+            self._nvml, self.error = None, f"{type(e).__name__}: {e}"
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.02):
+            self.mhz.append(
+                self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM)
+            )
+
+    def __enter__(self) -> ClockSampler:
+        if self._nvml is not None:
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._nvml is not None:
+            self._thread.join()
+
+    def summary(self) -> list[int] | None:
+        if not self.mhz:
+            return None
+        s = sorted(self.mhz)
+        return [s[0], s[len(s) // 2], s[-1]]
+
+
 def judge(problem_dir: Path, solutions: list[Path], **cfg: Any) -> list[dict[str, Any]]:
     problem = load_problem(problem_dir)
     out = []
@@ -37,7 +81,8 @@ def judge(problem_dir: Path, solutions: list[Path], **cfg: Any) -> list[dict[str
         for path in solutions:
             sol = load_solution(path)
             t1 = time.monotonic()
-            res = guard.evaluate(sol)
+            with ClockSampler() as clocks:
+                res = guard.evaluate(sol)
             out.append(
                 {
                     "problem": problem.definition.name,
@@ -61,6 +106,7 @@ def judge(problem_dir: Path, solutions: list[Path], **cfg: Any) -> list[dict[str
                     "eval_wall_s": time.monotonic() - t1,
                     "guard_wall_s": time.monotonic() - t0,
                     "isolation": iso,
+                    "sm_clock_mhz_min_median_max": clocks.summary(),
                     "hardware": res.traces[0].evaluation.environment.hardware,
                     "libs": res.traces[0].evaluation.environment.libs,
                 }
@@ -171,6 +217,10 @@ def report(results: dict[str, Any]) -> None:
         )
         phases = {k: round(v, 2) for k, v in runs[0]["phases_s"].items()}
         print(f"  phases run0 {json.dumps(phases)}")
+        print(
+            f"  SM clock MHz (min, median, max) per run: "
+            f"{[r.get('sm_clock_mhz_min_median_max') for r in runs]}"
+        )
         if len(runs) > 1 and all(p == n for p in passed):
             spreads = []
             for w in range(n):
