@@ -169,6 +169,23 @@ def compile_baseline(problem_dir: Path, best: Path, sample: int, device: str) ->
     return {"wall_s": time.monotonic() - t0, "workloads": out}
 
 
+def bound_types(problem_dir: Path) -> dict[str, int]:
+    """How many workloads are compute- or memory-bound on the H200 profile (``n/c``: the
+    reference could not be counted on meta or small CPU tensors)."""
+    from kernelarc.roofline.flops import count_workload
+    from kernelarc.roofline.profiles import get_profile
+    from kernelarc.roofline.score import t_sol_ms
+
+    problem = load_problem(problem_dir)
+    profile = get_profile("H200")
+    kinds: dict[str, int] = {}
+    for wl in problem.workloads:
+        cost = count_workload(problem.definition, wl)
+        kind = "n/c" if cost.method == "none" else t_sol_ms(cost, profile)[1]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
 def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
     per = (r.get("best") or {}).get("per_workload") or []
     ok = [w for w in per if w["status"] == "PASSED" and w["latency_ms"]]
@@ -192,6 +209,7 @@ def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
         "frac_bound_big": frac_big,
         "big_n": len(big),
         "winner": (r.get("best") or {}).get("agent"),
+        "bound_types": r.get("bound_types"),
         "wall_s": r["optimize"]["wall_s"] + (r.get("compile") or {}).get("wall_s", 0.0),
     }
 
@@ -231,6 +249,11 @@ def main() -> None:
             problem_dir, run_dir, args.budget, args.time_limit, args.agents, args.device
         )
         results[key] = r
+        try:
+            r["bound_types"] = bound_types(problem_dir)
+        except Exception as e:  # the table then shows no bound type
+            r["bound_types"] = {"error": 1}
+            r["bound_types_error"] = f"{type(e).__name__}: {e}"[:500]
         if r["optimize"]["exit"] != 0 and not (run_dir / "best" / "solution.json").exists():
             tail = r["optimize"]["stderr_tail"].strip().splitlines()[-1:] or ["(no stderr)"]
             print(f"{key}: optimize failed (exit {r['optimize']['exit']}): {tail[0]}", flush=True)
@@ -257,14 +280,15 @@ def main() -> None:
 
     print(
         f"\n{'problem':8s} {'correct':>8s} {'vs eager':>9s} {'vs compile':>11s} "
-        f"{'bound':>7s} {'bound>=20us':>12s} {'winner':>12s} {'wall s':>7s}"
+        f"{'bound':>7s} {'bound>=20us':>12s} {'winner':>12s} {'wall s':>7s}  bound type"
     )
     for s in rows:
         comp = f"{f(s['vs_compile'])} ({s['compile_n']})"
         print(
             f"{s['problem']:8s} {s['correct']:>8s} {f(s['vs_eager']):>9s} {comp:>11s} "
             f"{f(s['frac_bound'], True):>7s} {f(s['frac_bound_big'], True):>12s} "
-            f"{str(s['winner']):>12s} {s['wall_s']:7.0f}"
+            f"{str(s['winner']):>12s} {s['wall_s']:7.0f}  "
+            + ", ".join(f"{k} {v}" for k, v in sorted((s.get("bound_types") or {}).items()))
         )
     print(
         f"geomean  vs eager {f(geomean([s['vs_eager'] or 0 for s in rows]))}, vs compile "
