@@ -328,9 +328,10 @@ def test_untraceable_and_nothing_to_rewrite_give_none() -> None:
         "import torch\n\ndef run(x):\n    if x.shape[0] > 1:\n        return x * 2\n    return x\n"
     )
     d = _definition("branchy", branchy, {"x": (["batch"], "float32")})
-    agent = RewriteAgent()
-    assert agent.propose(_context(d, [{"batch": 3}])) is None
+    agent = RewriteAgent()  # the branch goes both ways over these workloads
+    assert agent.propose(_context(d, [{"batch": 1}, {"batch": 3}])) is None
     assert agent.skipped is not None and "torch.fx cannot trace run" in agent.skipped
+    assert "differs between workloads" in agent.skipped
     assert agent.propose(_context(d, [{"batch": 3}])) is None
     plain = _definition(
         "plain",

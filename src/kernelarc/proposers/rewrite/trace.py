@@ -11,7 +11,16 @@
   contiguity, or the Python value of a non-tensor node. Rewrites only fire when the facts
   they need hold on every propagated workload.
 
-Not covered: concrete-shape tracing (references whose control flow depends on shapes);
+- With the workloads given, tracing *evaluates* what Python needs concretely (``assert
+  n == 2048``, ``if x.dim() == 3``, ``b, s, h = x.shape``): the partial graph is run on meta
+  inputs of every propagated workload, and the trace goes on when the value is the same
+  Python value on all of them (a branch is specialised to the side every workload takes;
+  an assert that holds everywhere is dropped; a shape unpacks into its items). A value
+  that differs between workloads, depends on a scalar input (its stand-in is not the real
+  value) or on tensor data (meta tensors have none) stays untraceable.
+
+``len``, ``int`` and ``range`` of a proxy are answered the same way (a loop over a
+constant count unrolls). Not covered: loops or sizes that differ between workloads;
 scalar inputs are given neutral stand-in values during propagation (the agent is shown
 axes, not the workloads' scalar values), so a reference whose *shapes* depend on a scalar
 input may fail to propagate, which is reported as untraceable.
@@ -119,8 +128,11 @@ def run_decorators(source: str) -> list[str]:
     raise UntraceableError("the reference has no top-level function run")
 
 
-def trace_reference(definition: Definition) -> torch.fx.GraphModule:
-    """``run`` of the reference as an fx GraphModule (see the module docstring)."""
+def trace_reference(
+    definition: Definition, workloads: Sequence[dict[str, int]] | None = None
+) -> torch.fx.GraphModule:
+    """``run`` of the reference as an fx GraphModule (see the module docstring); with
+    ``workloads``, Python control flow on shapes is evaluated on them."""
     import torch.fx
 
     from kernelarc.problem.inputs import load_reference_module
@@ -133,7 +145,12 @@ def trace_reference(definition: Definition) -> torch.fx.GraphModule:
     if not callable(run):
         raise UntraceableError("the reference defines no callable run")
     try:
-        gm = torch.fx.symbolic_trace(run)
+        if workloads is None:
+            gm = torch.fx.symbolic_trace(run)
+        else:
+            tracer = _evaluating_tracer(definition, pick_workloads(workloads) or [{}])
+            graph = tracer.trace(run)
+            gm = torch.fx.GraphModule(tracer.root, graph, "run")
     except Exception as e:  # fx raises TraceError, TypeError, ... depending on the construct
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise UntraceableError(f"torch.fx cannot trace run ({type(e).__name__}: {first})") from e
@@ -150,6 +167,116 @@ def trace_reference(definition: Definition) -> torch.fx.GraphModule:
             f"{list(definition.inputs)}"
         )
     return gm
+
+
+def _evaluating_tracer_class() -> type:
+    import torch
+    import torch.fx
+
+    class EvaluatingTracer(torch.fx.Tracer):
+        """fx tracing that answers ``bool``, ``iter``, ``len`` and ``int`` of a proxy with
+        the value the partial graph has on every workload, when it is the same on all."""
+
+        def __init__(self, definition: Definition, workloads: list[dict[str, int]]) -> None:
+            super().__init__()
+            self.definition, self.workloads = definition, workloads
+            self.scalars = {n for n, spec in definition.inputs.items() if spec.shape is None}
+
+        def _value(self, node: torch.fx.Node, what: str) -> Any:
+            seen, stack = set(), [node]
+            while stack:
+                n = stack.pop()
+                if n in seen:
+                    continue
+                seen.add(n)
+                if n.op == "placeholder" and n.target in self.scalars:
+                    raise torch.fx.proxy.TraceError(
+                        f"{what} depends on the scalar input {n.target!r}"
+                    )
+                stack.extend(n.all_input_nodes)
+            partial = torch.fx.Graph()
+            env: dict[torch.fx.Node, torch.fx.Node] = {}
+            for n in self.graph.nodes:
+                env[n] = partial.node_copy(n, lambda x: env[x])
+                if n is node:
+                    break
+            partial.output(env[node])
+            gm = torch.fx.GraphModule(self.root, partial)
+            values = []
+            for axes in self.workloads:
+                try:
+                    with torch.no_grad():  # an Interpreter: calling gm would be traced
+                        run = torch.fx.Interpreter(gm).run
+                        values.append(run(*meta_inputs(self.definition, axes)))
+                except Exception as e:
+                    raise torch.fx.proxy.TraceError(
+                        f"{what} cannot be evaluated on meta inputs ({type(e).__name__})"
+                    ) from e
+            if any(isinstance(v, torch.Tensor) for v in values):
+                raise torch.fx.proxy.TraceError(f"{what} depends on tensor values")
+            return values
+
+        @staticmethod
+        def _same(values: list[Any], what: str) -> Any:
+            if any(v != values[0] for v in values[1:]):
+                raise torch.fx.proxy.TraceError(f"{what} differs between workloads")
+            return values[0]
+
+        def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
+            return proxy_class(node, self)
+
+        def length(self, obj: torch.fx.Proxy) -> int:
+            values = self._value(obj.node, "a length")
+            return int(self._same([len(v) for v in values], "a length"))
+
+        def integer(self, obj: torch.fx.Proxy) -> int:
+            values = self._value(obj.node, "an integer")
+            if not all(isinstance(v, int) for v in values):
+                raise torch.fx.proxy.TraceError("only integers convert to int")
+            return int(self._same(values, "an integer (a loop count or a size)"))
+
+        def to_bool(self, obj: torch.fx.Proxy) -> bool:
+            values = [bool(v) for v in self._value(obj.node, "a condition")]
+            return bool(self._same(values, "a condition"))
+
+        def iter(self, obj: torch.fx.Proxy) -> Any:
+            values = self._value(obj.node, "an unpacked value")
+            if not all(isinstance(v, tuple | list) for v in values):
+                raise torch.fx.proxy.TraceError("only shapes and tuples are unpacked")
+            n = self._same([len(v) for v in values], "the length of an unpacked value")
+            proxy: Any = obj
+            return iter([proxy[i] for i in range(n)])
+
+    class Evaluating:
+        """``len(p)``, ``int(p)`` and ``range(p)`` answered by the tracer (see above)."""
+
+        tracer: Any
+
+        def __len__(self) -> int:
+            return int(self.tracer.length(self))
+
+        def __int__(self) -> int:
+            return int(self.tracer.integer(self))
+
+        def __index__(self) -> int:
+            return int(self.tracer.integer(self))
+
+        def __getattr__(self, k: str) -> Any:  # x.shape, x.T.shape: proxies of this kind too
+            me: Any = self
+            return EvaluatingAttribute(me, k)
+
+    class EvaluatingAttribute(Evaluating, torch.fx.proxy.Attribute):
+        pass
+
+    class EvaluatingProxy(Evaluating, torch.fx.Proxy):
+        pass
+
+    proxy_class = EvaluatingProxy
+    return EvaluatingTracer
+
+
+def _evaluating_tracer(definition: Definition, workloads: list[dict[str, int]]) -> Any:
+    return _evaluating_tracer_class()(definition, workloads)
 
 
 def pick_workloads(workloads: Sequence[dict[str, int]]) -> list[dict[str, int]]:
