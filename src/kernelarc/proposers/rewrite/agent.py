@@ -15,8 +15,8 @@ draft request the agent has no other approach: it proposes its next planned set.
 The reference is traced with the workloads known (:mod:`.trace`): Python control flow on
 shapes (asserts, shape unpacking, branches every workload takes alike) is evaluated, so
 97 of the 156 dev references trace and 31 get a rewrite that gains (2026-12-01; 84 and 26
-with the plain fx trace). Not covered: rewriting other agents' candidates, FP8 ``_scaled_mm`` and MoE
-grouped GEMM (see :mod:`.rewrites`).
+with the plain fx trace). Not covered: rewriting other agents' candidates, FP8
+``_scaled_mm`` and MoE grouped GEMM (see :mod:`.rewrites`).
 """
 
 from __future__ import annotations
