@@ -4,10 +4,11 @@ With the workloads known, ``trace_reference`` evaluates conditions, unpacked sha
 ``len``/``int``/``range`` of proxies on meta inputs of every workload and goes on when the
 value is the same on all of them. Covered here: an assert on a constant axis (dropped), a
 branch every workload takes the same way (specialised), shape unpacking of a var axis, a
-loop over a constant axis (unrolled), and the refusals: a branch that differs between
-workloads, a condition on a scalar input (its stand-in is not the real value), on tensor
-data, and a loop count that differs between workloads. The traced graph is run against
-the reference on real CPU tensors.
+loop over a constant axis (unrolled), a condition on a scalar input whose value every
+workload gives alike; and the refusals: a branch that differs between workloads, a
+condition on a scalar input whose value is not known (its stand-in is not the real value)
+or differs, on tensor data, and a loop count that differs between workloads. The traced
+graph is run against the reference on real CPU tensors.
 """
 
 from __future__ import annotations
@@ -74,6 +75,19 @@ def test_what_cannot_be_specialised_stays_untraceable(body: str, why: str) -> No
     with pytest.raises(UntraceableError, match="torch.fx cannot trace run") as err:
         trace_reference(definition(body), WORKLOADS)
     assert why in str(err.value)
+
+
+SCALAR_BRANCH = "if eps > 0:\n    return x + eps\nreturn x"
+
+
+def test_a_condition_on_a_scalar_every_workload_gives_alike_is_specialised() -> None:
+    d = definition(SCALAR_BRANCH)
+    gm = trace_reference(d, WORKLOADS, [{"eps": 0.5}, {"eps": 0.5}])
+    propagate(gm, d, WORKLOADS, [{"eps": 0.5}, {"eps": 0.5}])
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(gm(x, 0.5), x + 0.5)
+    with pytest.raises(UntraceableError, match="differs between workloads"):
+        trace_reference(d, WORKLOADS, [{"eps": 0.5}, {"eps": -1.0}])
 
 
 def test_without_workloads_shape_control_flow_is_untraceable_as_before() -> None:

@@ -124,6 +124,9 @@ class AgentContext(_Frozen):
     """Roofline bound per workload uuid on this device."""
     workloads: tuple[dict[str, int], ...] = ()
     """Axes of every workload, in file order."""
+    scalars: tuple[dict[str, bool | int | float], ...] = ()
+    """The scalar inputs' values of every workload (same order as ``workloads``; empty when
+    the caller does not give them)."""
     incumbent: IncumbentView | None = None
     incumbent_results: tuple[WorkloadResult, ...] = ()
     feedback: str = ""

@@ -163,6 +163,7 @@ class Orchestrator:
             device=self.guard.device,
             bounds_ms=dict(self.bounds),
             workloads=tuple(dict(w.axes) for w in self.problem.workloads),
+            scalars=tuple(w.scalar_inputs() for w in self.problem.workloads),
             incumbent=inc,
             incumbent_results=self.results.get(name, {}).get("full", ()),
             feedback=self.feedback.get(name, ""),

@@ -14,9 +14,9 @@ draft request the agent has no other approach: it proposes its next planned set.
 
 The reference is traced with the workloads known (:mod:`.trace`): Python control flow on
 shapes (asserts, shape unpacking, branches every workload takes alike) is evaluated, so
-97 of the 156 dev references trace and 31 get a rewrite that gains (2026-12-01; 84 and 26
-with the plain fx trace). Not covered: rewriting other agents' candidates, FP8
-``_scaled_mm`` and MoE grouped GEMM (see :mod:`.rewrites`).
+98 of the 156 dev references trace and 32 get a rewrite that gains (2026-12-01, with the
+workloads' scalar values; 84 and 26 with the plain fx trace). Not covered: rewriting
+other agents' candidates, FP8 ``_scaled_mm`` and MoE grouped GEMM (see :mod:`.rewrites`).
 """
 
 from __future__ import annotations
@@ -77,7 +77,10 @@ class RewriteAgent(Agent):
     def _analyse(self, context: AgentContext) -> list[str] | None:
         try:
             full = apply_families(
-                context.definition, context.workloads, families_for(context.device)
+                context.definition,
+                context.workloads,
+                families_for(context.device),
+                self._scalars(context),
             )
         except (UntraceableError, RewriteError, CodegenError) as e:
             self._skip(str(e))
@@ -86,6 +89,13 @@ class RewriteAgent(Agent):
             self._skip("no rewrite that gains at run time applies to the reference's graph")
             return None
         return list(full.families)
+
+    @staticmethod
+    def _scalars(context: AgentContext) -> list[dict[str, object]] | None:
+        """The workloads' scalar values, when the context has one set per workload."""
+        if len(context.scalars) != len(context.workloads):
+            return None
+        return [dict(s) for s in context.scalars]
 
     def next_set(self) -> list[str] | None:
         """The next family set of the plan (None when it is spent)."""
@@ -122,7 +132,9 @@ class RewriteAgent(Agent):
         if chosen is None:
             return None
         try:
-            rewritten = apply_families(definition, context.workloads, chosen)
+            rewritten = apply_families(
+                definition, context.workloads, chosen, self._scalars(context)
+            )
             source = solution_source(definition, rewritten)
         except (UntraceableError, RewriteError, CodegenError) as e:
             self._skip(f"families {chosen}: {e}")

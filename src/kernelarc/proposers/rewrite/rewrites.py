@@ -124,16 +124,20 @@ def _outputs(gm: torch.fx.GraphModule, facts: Facts) -> Any:
 
 
 def apply_families(
-    definition: Definition, workloads: Sequence[dict[str, int]], families: Iterable[str]
+    definition: Definition,
+    workloads: Sequence[dict[str, int]],
+    families: Iterable[str],
+    scalars: Sequence[dict[str, Any]] | None = None,
 ) -> Rewritten:
     """Trace the reference and apply every rewrite of ``families`` (plus the exact
-    normalisations). Raises UntraceableError or RewriteError."""
+    normalisations); ``scalars``: the workloads' scalar input values (same order).
+    Raises UntraceableError or RewriteError."""
     chosen = set(families)
     unknown = chosen - set(FAMILIES)
     if unknown:
         raise ValueError(f"unknown rewrite families {sorted(unknown)} (known: {FAMILIES})")
-    gm = trace_reference(definition, workloads)
-    facts = propagate(gm, definition, workloads)
+    gm = trace_reference(definition, workloads, scalars)
+    facts = propagate(gm, definition, workloads, scalars)
     before = _outputs(gm, facts)
     result = Rewritten(gm)
     for _ in range(PASSES):
@@ -145,7 +149,7 @@ def apply_families(
                 gm.graph.lint()
                 gm.recompile()
                 result.applied[rw.name] = result.applied.get(rw.name, 0) + n
-                facts = propagate(gm, definition, workloads)
+                facts = propagate(gm, definition, workloads, scalars)
     after = _outputs(gm, facts)
     if after != before:
         raise RewriteError(

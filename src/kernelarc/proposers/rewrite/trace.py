@@ -16,14 +16,16 @@
   inputs of every propagated workload, and the trace goes on when the value is the same
   Python value on all of them (a branch is specialised to the side every workload takes;
   an assert that holds everywhere is dropped; a shape unpacks into its items). A value
-  that differs between workloads, depends on a scalar input (its stand-in is not the real
-  value) or on tensor data (meta tensors have none) stays untraceable.
+  that differs between workloads, depends on a scalar input whose value is not known for
+  every workload (its stand-in is not the real value) or on tensor data (meta tensors have
+  none) stays untraceable.
 
 ``len``, ``int`` and ``range`` of a proxy are answered the same way (a loop over a
-constant count unrolls). Not covered: loops or sizes that differ between workloads;
-scalar inputs are given neutral stand-in values during propagation (the agent is shown
-axes, not the workloads' scalar values), so a reference whose *shapes* depend on a scalar
-input may fail to propagate, which is reported as untraceable.
+constant count unrolls). Scalar inputs take the workloads' own values when the caller
+passes them (the agent gets them from its context: ``AgentContext.scalars``), else neutral
+stand-ins. Not covered: loops or sizes that differ between workloads; scalars produced by a
+custom input generator (not in the workload file: stand-ins), so a reference whose
+*shapes* depend on such a scalar may fail to propagate, which is reported as untraceable.
 """
 
 from __future__ import annotations
@@ -129,10 +131,13 @@ def run_decorators(source: str) -> list[str]:
 
 
 def trace_reference(
-    definition: Definition, workloads: Sequence[dict[str, int]] | None = None
+    definition: Definition,
+    workloads: Sequence[dict[str, int]] | None = None,
+    scalars: Sequence[dict[str, Any]] | None = None,
 ) -> torch.fx.GraphModule:
     """``run`` of the reference as an fx GraphModule (see the module docstring); with
-    ``workloads``, Python control flow on shapes is evaluated on them."""
+    ``workloads`` (and their scalar inputs' values), Python control flow on shapes (and on
+    the known scalars) is evaluated on them."""
     import torch.fx
 
     from kernelarc.problem.inputs import load_reference_module
@@ -148,7 +153,8 @@ def trace_reference(
         if workloads is None:
             gm = torch.fx.symbolic_trace(run)
         else:
-            tracer = _evaluating_tracer(definition, pick_workloads(workloads) or [{}])
+            probes = pick_workloads(workloads, scalars) or [({}, {})]
+            tracer = _evaluating_tracer(definition, probes)
             graph = tracer.trace(run)
             gm = torch.fx.GraphModule(tracer.root, graph, "run")
     except Exception as e:  # fx raises TraceError, TypeError, ... depending on the construct
@@ -177,10 +183,12 @@ def _evaluating_tracer_class() -> type:
         """fx tracing that answers ``bool``, ``iter``, ``len`` and ``int`` of a proxy with
         the value the partial graph has on every workload, when it is the same on all."""
 
-        def __init__(self, definition: Definition, workloads: list[dict[str, int]]) -> None:
+        def __init__(self, definition: Definition, probes: list[Probe]) -> None:
             super().__init__()
-            self.definition, self.workloads = definition, workloads
-            self.scalars = {n for n, spec in definition.inputs.items() if spec.shape is None}
+            self.definition, self.probes = definition, probes
+            scalars = {n for n, spec in definition.inputs.items() if spec.shape is None}
+            # scalar inputs whose real value is not known for every probe: stand-ins only
+            self.unknown = {n for n in scalars if any(n not in sc for _, sc in probes)}
 
         def _value(self, node: torch.fx.Node, what: str) -> Any:
             seen, stack = set(), [node]
@@ -189,7 +197,7 @@ def _evaluating_tracer_class() -> type:
                 if n in seen:
                     continue
                 seen.add(n)
-                if n.op == "placeholder" and n.target in self.scalars:
+                if n.op == "placeholder" and n.target in self.unknown:
                     raise torch.fx.proxy.TraceError(
                         f"{what} depends on the scalar input {n.target!r}"
                     )
@@ -203,11 +211,11 @@ def _evaluating_tracer_class() -> type:
             partial.output(env[node])
             gm = torch.fx.GraphModule(self.root, partial)
             values = []
-            for axes in self.workloads:
+            for axes, known in self.probes:
                 try:
                     with torch.no_grad():  # an Interpreter: calling gm would be traced
                         run = torch.fx.Interpreter(gm).run
-                        values.append(run(*meta_inputs(self.definition, axes)))
+                        values.append(run(*meta_inputs(self.definition, axes, known)))
                 except Exception as e:
                     raise torch.fx.proxy.TraceError(
                         f"{what} cannot be evaluated on meta inputs ({type(e).__name__})"
@@ -275,25 +283,38 @@ def _evaluating_tracer_class() -> type:
     return EvaluatingTracer
 
 
-def _evaluating_tracer(definition: Definition, workloads: list[dict[str, int]]) -> Any:
-    return _evaluating_tracer_class()(definition, workloads)
+def _evaluating_tracer(definition: Definition, probes: list[Probe]) -> Any:
+    return _evaluating_tracer_class()(definition, probes)
 
 
-def pick_workloads(workloads: Sequence[dict[str, int]]) -> list[dict[str, int]]:
-    """Distinct axes dicts, at most :data:`MAX_PROPAGATED`, spread from smallest to largest."""
-    distinct: list[dict[str, int]] = []
-    for w in workloads:
-        if w not in distinct:
-            distinct.append(dict(w))
-    distinct.sort(key=lambda w: (math.prod(max(v, 1) for v in w.values()), sorted(w.items())))
+#: One propagated workload: its axes and the values of its scalar inputs (those known).
+Probe = tuple[dict[str, int], dict[str, Any]]
+
+
+def pick_workloads(
+    workloads: Sequence[dict[str, int]], scalars: Sequence[dict[str, Any]] | None = None
+) -> list[Probe]:
+    """Distinct (axes, scalar values) pairs, at most :data:`MAX_PROPAGATED`, spread from
+    smallest to largest. ``scalars``: per workload (same order), its scalar inputs' values."""
+    given = list(scalars) if scalars else [{} for _ in workloads]
+    if len(given) != len(workloads):
+        raise ValueError(f"{len(given)} scalar sets for {len(workloads)} workloads")
+    distinct: list[Probe] = []
+    for w, sc in zip(workloads, given, strict=True):
+        if (w, sc) not in distinct:
+            distinct.append((dict(w), dict(sc)))
+    distinct.sort(key=lambda p: (math.prod(max(v, 1) for v in p[0].values()), sorted(p[0].items())))
     if len(distinct) <= MAX_PROPAGATED:
         return distinct
     step = (len(distinct) - 1) / (MAX_PROPAGATED - 1)
     return [distinct[round(i * step)] for i in range(MAX_PROPAGATED)]
 
 
-def meta_inputs(definition: Definition, axes: dict[str, int]) -> list[Any]:
-    """Meta tensors (and scalar stand-ins) for one workload's axes, in input order."""
+def meta_inputs(
+    definition: Definition, axes: dict[str, int], scalars: dict[str, Any] | None = None
+) -> list[Any]:
+    """Meta tensors for one workload's axes, in input order; scalar inputs take their value
+    from ``scalars`` where given, else a neutral stand-in."""
     import torch
 
     from kernelarc.problem.inputs import torch_dtype
@@ -307,7 +328,9 @@ def meta_inputs(definition: Definition, axes: dict[str, int]) -> list[Any]:
         shape = resolve_shape(spec.shape, env)
         kind = spec.dtype.value
         if shape is None:
-            if kind == "bool":
+            if scalars and name in scalars:
+                values.append(scalars[name])
+            elif kind == "bool":
                 values.append(_SCALAR_STANDIN["bool"])
             elif kind.startswith(("int", "uint")):
                 values.append(1)
@@ -322,13 +345,16 @@ def meta_inputs(definition: Definition, axes: dict[str, int]) -> list[Any]:
 
 
 def propagate(
-    gm: torch.fx.GraphModule, definition: Definition, workloads: Sequence[dict[str, int]]
+    gm: torch.fx.GraphModule,
+    definition: Definition,
+    workloads: Sequence[dict[str, int]],
+    scalars: Sequence[dict[str, Any]] | None = None,
 ) -> Facts:
     """Facts of every node of ``gm`` on meta inputs of each workload (see module docstring)."""
     import torch
     import torch.fx
 
-    chosen = pick_workloads(workloads) or [{}]
+    chosen = pick_workloads(workloads, scalars) or [({}, {})]
     facts = Facts(runs=len(chosen))
 
     class _Recorder(torch.fx.Interpreter):
@@ -337,8 +363,8 @@ def propagate(
             facts.values.setdefault(n, []).append(_fact(result))
             return result
 
-    for axes in chosen:
-        args = meta_inputs(definition, axes)
+    for axes, known in chosen:
+        args = meta_inputs(definition, axes, known)
         try:
             with torch.no_grad():
                 _Recorder(gm).run(*args)
