@@ -195,12 +195,13 @@ def test_bounds_on_cuda_recount_what_meta_and_cpu_cannot_on_the_gpu() -> None:
 
     big = workload(M=600_000)  # x alone: 96 MB, more than the CPU count's 64 MiB limit
     bounds, warnings = workload_bounds(data_dependent(), [big], "cpu")
-    assert bounds == {} and "; on cuda: " not in warnings[0] and "nonzero" in warnings[0]
+    assert bounds == {} and "; cuda: " not in warnings[0] and "nonzero" in warnings[0]
     bounds, warnings = workload_bounds(data_dependent(), [big], "cuda", "H200")
     if torch.cuda.is_available():
         assert warnings == [] and bounds[big.uuid] > 0
     else:  # the GPU count was attempted, and its failure is part of the warning
-        assert bounds == {} and "nonzero" in warnings[0] and "on cuda: " in warnings[0]
+        assert bounds == {} and "nonzero" in warnings[0] and "; cuda: " in warnings[0]
+        assert "--count-on cuda" not in warnings[0]  # no advice to try what was tried
 
 
 def test_item_reads_on_meta_use_placeholders_and_say_so() -> None:

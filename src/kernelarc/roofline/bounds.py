@@ -12,7 +12,8 @@ def workload_bounds(
     """T_sol in ms per workload uuid for ``profile_name`` (default: the device's own
     profile), and the warnings for workloads whose bound could not be computed. On a CUDA
     device, a workload that cannot be counted on meta or small CPU tensors (data-dependent
-    shapes too big for the CPU) is counted on real GPU tensors in this process."""
+    shapes too big for the CPU) is counted on real GPU tensors in this process
+    (``count_workload(..., gpu_fallback=True)``)."""
     from kernelarc.roofline.flops import count_workload
     from kernelarc.roofline.profiles import get_profile
     from kernelarc.roofline.score import t_sol_ms
@@ -26,19 +27,7 @@ def workload_bounds(
     out: dict[str, float] = {}
     for wl in workloads:
         try:
-            cost = count_workload(definition, wl)
-            if cost.method == "none" and device.startswith("cuda"):
-                # Data-dependent references (nonzero, masks) too big for the CPU: count on
-                # real tensors of the GPU, where the reference runs anyway.
-                first = cost.reason
-                try:
-                    cost = count_workload(definition, wl, device="cuda")
-                except Exception as e:
-                    raise RuntimeError(f"{first}; on cuda: {type(e).__name__}: {e}") from e
-                finally:
-                    _release_cuda()
-                if cost.method == "none":
-                    cost = cost.model_copy(update={"reason": f"{first}; on cuda: {cost.reason}"})
+            cost = count_workload(definition, wl, gpu_fallback=device.startswith("cuda"))
             ms, _ = t_sol_ms(cost, profile)
         except Exception as e:
             warnings.append(f"bound of workload {wl.uuid[:13]} not computed: {e}")
@@ -46,13 +35,3 @@ def workload_bounds(
         if ms is not None and ms > 0:
             out[wl.uuid] = float(ms)
     return out, warnings
-
-
-def _release_cuda() -> None:
-    """Give the counted workload's GPU memory back (the guard's workers need it)."""
-    import gc
-
-    import torch
-
-    gc.collect()
-    torch.cuda.empty_cache()
