@@ -18,17 +18,18 @@ numbers in the lead's report).
 from __future__ import annotations
 
 import json
-import types
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from _shared import module_from_source
 
 from kernelarc.agents.types import AgentContext, CandidateResult, WorkloadResult
 from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.orchestration.judge import results_of, score_of
+from kernelarc.problem.inputs import load_reference_module
 from kernelarc.problem.loader import load_problem
 from kernelarc.problem.schema import Definition, Solution
 from kernelarc.proposers.rewrite import RewriteAgent
@@ -77,18 +78,12 @@ def _gaining(applied: dict[str, int]) -> dict[str, int]:
     return {k: v for k, v in applied.items() if not k.startswith("identity-")}
 
 
-def _module(source: str) -> types.ModuleType:
-    mod = types.ModuleType("under_test")
-    exec(compile(source, "solution.py", "exec"), mod.__dict__)
-    return mod
-
-
 def _rewrite_and_compare(definition: Definition, exact: bool = False) -> tuple[dict[str, int], str]:
     """Apply every family; the emitted source must compute what the reference computes."""
     workloads = [{"batch": 2}, {"batch": 3}]
     rewritten = apply_families(definition, workloads, FAMILIES)
     source = solution_source(definition, rewritten)
-    ref, sol = _module(definition.reference), _module(source)
+    ref, sol = load_reference_module(definition, name="ref"), module_from_source(source)
     for batch in (2, 5):  # 5 was never propagated: the graph is not specialised to shapes
         args = _random_inputs(definition, batch)
         want, got = ref.run(*args), sol.run(*args)
@@ -492,3 +487,13 @@ def test_plan_after_a_failed_full_set_and_state_round_trip(gqa_problem) -> None:
     for bad in bad_states:
         with pytest.raises(ValueError, match="rewrite agent state"):
             RewriteAgent().restore(bad)
+
+
+def test_context_scalars_are_one_set_per_workload_or_none() -> None:
+    d = _definition(
+        "plain", "import torch\n\ndef run(x):\n    return x\n", {"x": (["batch"], "float32")}
+    )
+    assert _context(d, [{"batch": 3}], scalars=({"eps": 1e-6},)).scalars == ({"eps": 1e-6},)
+    assert _context(d, [{"batch": 3}, {"batch": 4}]).scalars == ()
+    with pytest.raises(ValueError, match="1 sets for 2 workloads"):
+        _context(d, [{"batch": 3}, {"batch": 4}], scalars=({"eps": 1e-6},))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kernelarc.problem.schema import Definition, Solution
 
@@ -137,3 +137,12 @@ class AgentContext(_Frozen):
     must_draft: bool = False
     round: int = 0
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _one_scalar_set_per_workload(self) -> AgentContext:
+        if self.scalars and len(self.scalars) != len(self.workloads):
+            raise ValueError(
+                f"scalars: {len(self.scalars)} sets for {len(self.workloads)} workloads "
+                "(give one per workload, or none)"
+            )
+        return self

@@ -80,7 +80,7 @@ class RewriteAgent(Agent):
                 context.definition,
                 context.workloads,
                 families_for(context.device),
-                self._scalars(context),
+                context.scalars,
             )
         except (UntraceableError, RewriteError, CodegenError) as e:
             self._skip(str(e))
@@ -89,13 +89,6 @@ class RewriteAgent(Agent):
             self._skip("no rewrite that gains at run time applies to the reference's graph")
             return None
         return list(full.families)
-
-    @staticmethod
-    def _scalars(context: AgentContext) -> list[dict[str, object]] | None:
-        """The workloads' scalar values, when the context has one set per workload."""
-        if len(context.scalars) != len(context.workloads):
-            return None
-        return [dict(s) for s in context.scalars]
 
     def next_set(self) -> list[str] | None:
         """The next family set of the plan (None when it is spent)."""
@@ -132,9 +125,7 @@ class RewriteAgent(Agent):
         if chosen is None:
             return None
         try:
-            rewritten = apply_families(
-                definition, context.workloads, chosen, self._scalars(context)
-            )
+            rewritten = apply_families(definition, context.workloads, chosen, context.scalars)
             source = solution_source(definition, rewritten)
         except (UntraceableError, RewriteError, CodegenError) as e:
             self._skip(f"families {chosen}: {e}")
