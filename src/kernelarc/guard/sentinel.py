@@ -462,13 +462,10 @@ class Sentinel:
         return found
 
     def _library_thread(self, t: threading.Thread | None) -> bool:
-        code = self._library_threads.get(type(t)) if t is not None else None
-        return (
-            t is not None
-            and code is not None
-            and t.daemon
-            and getattr(type(t).run, "__code__", None) is code
-        )
+        if t is None:
+            return False
+        code = self._library_threads.get(type(t))
+        return code is not None and t.daemon and getattr(type(t).run, "__code__", None) is code
 
     def precision_changes(self) -> dict[str, Any]:
         now = precision_flags()

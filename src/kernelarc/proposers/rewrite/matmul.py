@@ -92,28 +92,36 @@ def _replay(graph: torch.fx.Graph, src: Any, chain: list[Any]) -> Any:
     return cur
 
 
+#: Method names of the matmul calls taken, and their form.
+_METHOD_FORMS = {"mm": "mm", "bmm": "bmm", "matmul": "matmul"}
+
+
+def _function_forms() -> dict[Any, str]:
+    import torch
+
+    return {torch.mm: "mm", torch.bmm: "bmm", torch.matmul: "matmul", operator.matmul: "matmul"}
+
+
+def _linear_operands(node: Any, facts: Facts) -> tuple[str, Any, Any, Any] | None:
+    extra = [node.kwargs[k] for k in ("weight", "bias") if k in node.kwargs]
+    args = [*node.args, *extra]
+    if set(node.kwargs) - {"weight", "bias"} or not 2 <= len(args) <= 3:
+        return None
+    if (facts.ndim(args[0]) or 0) < 2:
+        return None
+    return "linear", args[0], args[1], args[2] if len(args) == 3 else None
+
+
 def _matmul_operands(node: Any, facts: Facts) -> tuple[str, Any, Any, Any] | None:
     """``(form, a, b, bias)`` for a matmul-like call this family can take, else None."""
-    import torch
     import torch.nn.functional as F
 
-    if node.op == "call_function":
-        target = node.target
-        names = {torch.mm: "mm", torch.bmm: "bmm", torch.matmul: "matmul"}
-        names[operator.matmul] = "matmul"
-        if target is F.linear:
-            args = list(node.args) + [
-                node.kwargs[k] for k in ("weight", "bias") if k in node.kwargs
-            ]
-            if set(node.kwargs) - {"weight", "bias"} or not 2 <= len(args) <= 3:
-                return None
-            bias = args[2] if len(args) == 3 else None
-            if (facts.ndim(args[0]) or 0) < 2:
-                return None
-            return "linear", args[0], args[1], bias
-        form = names.get(target) if not isinstance(target, str) else None
-    elif node.op == "call_method":
-        form = {"mm": "mm", "bmm": "bmm", "matmul": "matmul"}.get(str(node.target))
+    if node.op == "call_function" and node.target is F.linear:
+        return _linear_operands(node, facts)
+    if node.op == "call_method":
+        form = _METHOD_FORMS.get(str(node.target))
+    elif node.op == "call_function":
+        form = _function_forms().get(node.target)
     else:
         return None
     if form is None or node.kwargs or len(node.args) != 2:
@@ -143,9 +151,7 @@ def half_matmuls(gm: torch.fx.GraphModule, facts: Facts) -> int:
 
     graph = gm.graph
     count = 0
-    for node in list(graph.nodes):
-        if node.graph is None:
-            continue
+    for node in list(graph.nodes):  # only casts and views are erased: never a later matmul
         got = _matmul_operands(node, facts)
         if got is None:
             continue

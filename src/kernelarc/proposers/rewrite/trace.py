@@ -31,6 +31,7 @@ custom input generator (not in the workload file: stand-ins), so a reference who
 from __future__ import annotations
 
 import ast
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -154,7 +155,7 @@ def trace_reference(
             gm = torch.fx.symbolic_trace(run)
         else:
             probes = pick_workloads(workloads, scalars) or [({}, {})]
-            tracer = _evaluating_tracer(definition, probes)
+            tracer = _evaluating_tracer_class()(definition, probes)
             graph = tracer.trace(run)
             gm = torch.fx.GraphModule(tracer.root, graph, "run")
     except Exception as e:  # fx raises TraceError, TypeError, ... depending on the construct
@@ -175,7 +176,9 @@ def trace_reference(
     return gm
 
 
+@functools.cache
 def _evaluating_tracer_class() -> type:
+    """The tracer class, built once on first use (torch is imported only here)."""
     import torch
     import torch.fx
 
@@ -281,10 +284,6 @@ def _evaluating_tracer_class() -> type:
 
     proxy_class = EvaluatingProxy
     return EvaluatingTracer
-
-
-def _evaluating_tracer(definition: Definition, probes: list[Probe]) -> Any:
-    return _evaluating_tracer_class()(definition, probes)
 
 
 #: One propagated workload: its axes and the values of its scalar inputs (those known).
