@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,10 @@ def agent_context(problem: Any, **fields: Any) -> Any:
     }
     base.update(fields)
     return AgentContext.model_validate(base)
+
+
+def module_from_source(source: str, name: str = "solution") -> types.ModuleType:
+    """A module made from one file's source text (a generated solution, say)."""
+    mod = types.ModuleType(name)
+    exec(compile(source, f"{name}.py", "exec"), mod.__dict__)
+    return mod

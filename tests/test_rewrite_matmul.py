@@ -13,13 +13,14 @@ no CPU kernel).
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import pytest
 import torch
+from _shared import module_from_source
 
 from kernelarc.agents.types import AgentContext
+from kernelarc.problem.inputs import load_reference_module
 from kernelarc.problem.schema import Definition
 from kernelarc.proposers.rewrite import RewriteAgent
 from kernelarc.proposers.rewrite.rewrites import apply_families, families_for, solution_source
@@ -148,9 +149,7 @@ def test_the_rewritten_solution_matches_the_float32_reference_on_cuda(body: str)
     d = definition(body)
     sites, source = rewritten(body)
     assert sites == 1
-    ref, sol = types.ModuleType("ref"), types.ModuleType("sol")
-    exec(compile(d.reference, "reference.py", "exec"), ref.__dict__)
-    exec(compile(source, "solution.py", "exec"), sol.__dict__)
+    ref, sol = load_reference_module(d, name="ref"), module_from_source(source)
     gen = torch.Generator().manual_seed(0)
     m = 300
     args = [

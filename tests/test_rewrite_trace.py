@@ -13,11 +13,10 @@ graph is run against the reference on real CPU tensors.
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
 
+from kernelarc.problem.inputs import load_reference_module
 from kernelarc.problem.schema import Definition
 from kernelarc.proposers.rewrite.trace import UntraceableError, propagate, trace_reference
 
@@ -55,8 +54,7 @@ def test_shape_control_flow_is_evaluated_and_the_graph_computes_the_reference(bo
     d = definition(body)
     gm = trace_reference(d, WORKLOADS)
     propagate(gm, d, WORKLOADS)
-    ref = types.ModuleType("ref")
-    exec(compile(d.reference, "reference.py", "exec"), ref.__dict__)
+    ref = load_reference_module(d, name="ref")
     for b in (2, 5):
         x = torch.randn(b, 8)
         torch.testing.assert_close(gm(x, 1e-6), ref.run(x, 1e-6))
