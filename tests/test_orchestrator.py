@@ -25,7 +25,8 @@ that raise in ``propose`` or never return, ``--memory`` files across runs.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from data.orchestrator.harness import (
     GUARD_CONFIG,
     RESUME_STEPS,
     SOURCE_LINE,
+    WAIT_S,
     CodeClaimAgent,
     Resumed,
     Search,
@@ -49,7 +51,7 @@ from data.orchestrator.harness import (
 from pydantic import ValidationError
 
 from kernelarc.agents.memory import code_marker
-from kernelarc.agents.types import AgentContext, BoardSnapshot
+from kernelarc.agents.types import AgentContext, BoardSnapshot, Proposal
 from kernelarc.guard.evaluator import Guard
 from kernelarc.orchestration.finish import COMPOSER
 from kernelarc.problem.loader import Problem, load_problem, load_solution
@@ -161,6 +163,30 @@ def test_budget_per_agent_is_honoured(guard: Guard, problem: Problem, tmp_path: 
     assert len(a.contexts) == len(b.contexts) == 2, info
     assert run.payloads("search_stopped") == [{"reason": "every agent is done", "used": 4}], info
     assert run.summary["best"] is None and run.payloads("no_solution"), info
+
+
+def test_proposal_priority_orders_proposals_ready_together(
+    guard: Guard, problem: Problem, tmp_path: Path
+) -> None:
+    """Both agents' first proposals are returned at the same moment (a barrier); B's sets
+    priority 50, so B is judged first although A is asked first and has the same class
+    priority. Without a proposal priority the agents' class priorities decide (ties: order
+    of completion)."""
+    gate = threading.Barrier(2, timeout=WAIT_S)
+
+    def together(tag: str, priority: int | None) -> Callable[[AgentContext], Proposal]:
+        def step(context: AgentContext) -> Proposal:
+            gate.wait()
+            return Proposal(solution=rms(tag, fail=True), hypothesis=tag, priority=priority)
+
+        return step
+
+    a = ScriptedAgent([together("pa", None)], name="A")
+    b = ScriptedAgent([together("pb", 50)], name="B")
+    run = search(guard, problem, tmp_path, [a, b], budget=2)
+    info = run.describe()
+    assert [c.agent for c in run.candidates] == ["B", "A"], info
+    assert run.judged() == [c.id for c in run.candidates], info
 
 
 # ---------------------------------------------------------------- 2. dedup

@@ -47,9 +47,14 @@ from kernelarc.guard.evaluator import EvalResult, Guard, GuardConfig
 from kernelarc.orchestration.judge import results_of, score_of
 from kernelarc.problem.loader import Problem, load_problem, load_solution
 from kernelarc.problem.schema import Solution
-from kernelarc.proposers.builtin import make_solution
+from kernelarc.proposers.builtin import CompilerAgent, make_solution
 from kernelarc.proposers.cudagraph import CudaGraphAgent, graph_solution
-from kernelarc.proposers.precision import PrecisionAgent, policy_named, policy_solution
+from kernelarc.proposers.precision import (
+    TF32_PRIORITY,
+    PrecisionAgent,
+    policy_named,
+    policy_solution,
+)
 from kernelarc.proposers.wrap import WrapError, why_not_wrappable, wrap_solution
 
 NO_TRITON_DRIVER = "active drivers"  # Triton's error when it has neither a GPU nor interpreter
@@ -340,6 +345,9 @@ def test_precision_proposes_where_it_can_matter(rms: Problem, gemm: Problem) -> 
         ("bf16-autocast", "c7"),
         ("bf16-autocast", None),
     ]
+    # TF32 candidates are judged before the compiler's when ready together; others by class.
+    assert [p.priority for p in cuda] == [TF32_PRIORITY] * 2 + [None] * 4
+    assert TF32_PRIORITY > CompilerAgent.priority
     ref_on_board = _board(_view("reference", "r1", 1.0, _reference(gemm)))
     deduped = _proposals(PrecisionAgent(), gemm, board=ref_on_board)
     assert len(deduped) == 2, "the reference on the board is not wrapped twice"

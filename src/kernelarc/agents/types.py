@@ -31,6 +31,10 @@ class Proposal(_Frozen):
     parent_id: str | None = None
     mode: Mode = "refine"
     tags: tuple[str, ...] = ()
+    priority: int | None = None
+    """Judging order among proposals ready together (higher first); None: the agent's class
+    priority. For an agent whose likeliest win depends on the candidate (see the precision
+    agent)."""
 
 
 class WorkloadResult(_Frozen):

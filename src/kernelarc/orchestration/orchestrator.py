@@ -101,7 +101,7 @@ class Orchestrator:
                 done = self.executor.wait_any(inflight, timeout=self._time_left())
                 # Proposals ready together are judged by the strategies' priority: under a
                 # time limit the likeliest wins are measured first.
-                for fut in sorted(done, key=lambda f: -self._priority(inflight[f])):
+                for fut in sorted(done, key=lambda f: -self._priority(inflight[f], f)):
                     self._tell(inflight.pop(fut), fut)
         except KeyboardInterrupt:
             self.interrupted = True
@@ -120,7 +120,13 @@ class Orchestrator:
         self.event("search_stopped", {"reason": reason, "used": self.used})
         return finish(self)
 
-    def _priority(self, name: str) -> int:
+    def _priority(self, name: str, fut: Future[Any]) -> int:
+        """The proposal's own priority when it sets one, else its agent's (a failed or empty
+        proposal sorts by its agent's)."""
+        if fut.exception() is None:
+            proposal = fut.result()
+            if isinstance(proposal, Proposal) and proposal.priority is not None:
+                return proposal.priority
         return self.agents[name].priority
 
     def _idle(self, inflight: dict[Future[Any], str]) -> list[str]:

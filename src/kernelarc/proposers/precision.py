@@ -67,6 +67,12 @@ from kernelarc.proposers.wrap import python_sources, why_not_wrappable, wrap_sol
 
 REFERENCE_BASE = "reference"
 
+TF32_PRIORITY = 35
+"""TF32 proposals are judged before the compiler agent's (30) when ready together: on float32
+matmul work TF32 is among the largest single wins, and its candidate is cheap to judge (no
+compilation per shape), so under a time limit it should not wait behind minutes of
+torch.compile judging."""
+
 _TF32_BODY = """
 import torch
 
@@ -315,6 +321,7 @@ class PrecisionAgent(Agent):
                 parent_id=base.parent_id,
                 mode="draft" if context.must_draft else "refine",
                 tags=("precision", policy.name, "board" if base.parent_id else "reference"),
+                priority=TF32_PRIORITY if policy.name == "tf32" else None,
             )
         return None
 
