@@ -263,6 +263,8 @@ def main() -> None:
         r["best"] = best_results(run_dir)
         save()
         best = run_dir / "best" / "solution.json"
+        if best.exists():  # beside agents_bench.json: the device tool returns few levels
+            (args.out / f"best-{key}.json").write_text(best.read_text())
         if late():
             r["compile"] = {"error": "skipped: --deadline passed", "workloads": []}
         elif best.exists() and args.compile_sample >= 0:

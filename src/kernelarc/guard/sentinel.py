@@ -74,9 +74,30 @@ ALLOWED_EXECUTABLES = frozenset(
 )
 #: ``openssl`` is allowed only to hash files (torch.compile checksums its headers with it).
 _DIGESTS = frozenset({"sha1", "sha256", "sha384", "sha512", "md5", "dgst"})
+#: ``nvidia-smi`` is allowed only for read-only queries: Inductor asks it for the GPU's
+#: clocks and names (through ``triton.testing.nvidia_smi`` and torch's ``collect_env``) while
+#: it compiles. Every argument must be one of these; anything else (``-lgc``, ``-pm``,
+#: ``-rgc``, ``-ac``, ``--reset``...) changes the GPU's state and is refused.
+_SMI_FLAGS = frozenset({"-L", "--list-gpus", "-q", "--query", "topo", "-m", "--matrix"})
+_SMI_PREFIXES = ("--query-gpu=", "--format=", "--id=", "--display=")
 PROBLEM_FILE_NAMES = frozenset(
     {"definition.json", "workload.jsonl", "reference.py", "metadata.json"}
 )
+
+
+def _smi_query(name: str, argv: list[str]) -> bool:
+    """Whether ``argv`` is a read-only ``nvidia-smi`` query (see ``_SMI_FLAGS``)."""
+    if name != "nvidia-smi" or not argv:
+        return False
+    args = argv[1:]
+    for i, a in enumerate(args):
+        after_id = i > 0 and args[i - 1] in ("-i", "-d") and a.replace(",", "").isalnum()
+        flag = a in _SMI_FLAGS or a in ("-i", "-d") or a.startswith(_SMI_PREFIXES)
+        if not (flag or after_id):
+            return False
+    return True
+
+
 _PROC_PID = re.compile(r"^/proc/(\d+)(/|$)")
 _NET_EVENTS = frozenset(
     {
@@ -366,7 +387,7 @@ class Sentinel:
             exe = os.fsdecode(args[0]) if args[0] else (argv[0] if argv else "")
             name = os.path.basename(exe)
             digest = name == "openssl" and len(argv) > 1 and argv[1] in _DIGESTS
-            if name not in ALLOWED_EXECUTABLES and not digest:
+            if name not in ALLOWED_EXECUTABLES and not digest and not _smi_query(name, argv):
                 self._flag("subprocess", f"subprocess {exe!r}")
         elif event in _SPAWN_EVENTS:
             exe = os.fsdecode(args[0]) if args and isinstance(args[0], str | bytes) else ""

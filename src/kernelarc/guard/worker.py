@@ -254,6 +254,24 @@ class ReferenceRole:
         return {"ok": True, "summary": res.summary(), "samples_ms": res.samples_ms}
 
 
+#: Device memory a worker's allocator may keep cached between requests. The reference and
+#: the candidate workers share one GPU and take turns: on a problem whose tensors fill most
+#: of it (tens of GB of weights and gradients), one worker ran out of memory while the other
+#: still cached what its last request had freed. Above this, a worker hands it back.
+CACHED_BYTES_KEPT = 1 << 30
+
+
+def release_cached(device: Any) -> None:
+    """Return cached, unused device memory to the driver when it exceeds the allowance."""
+    if getattr(device, "type", None) != "cuda":
+        return
+    import torch
+
+    unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    if unused > CACHED_BYTES_KEPT:
+        torch.cuda.empty_cache()
+
+
 def serve(role: str, channel: Channel) -> None:
     handler: Any = None
     while True:
@@ -279,6 +297,7 @@ def serve(role: str, channel: Channel) -> None:
                 reply = {"error": "check-error", "message": "request before setup"}
             else:
                 reply = getattr(handler, str(op))(msg)
+                release_cached(handler.device)
         except Exception as e:
             reply = {
                 "error": "check-error",
