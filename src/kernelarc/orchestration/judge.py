@@ -9,7 +9,10 @@ Every new candidate gets the same two stages:
    than the best incumbent.
 2. **Full protocol** on every workload (``RunConfig.full``) for any candidate whose
    screening passed and whose screened score is within reach of an incumbent (at least
-   the worst incumbent's screened score on the same workloads, or there is none yet).
+   the worst incumbent's screened score on the same workloads, or there is none yet), or
+   which is a *shape winner*: faster than every incumbent by over ``SHAPE_WIN`` on at least
+   one screened workload (slower overall, it can still win those shapes in the final
+   shape-gated composition, which uses full results only).
 
 A duplicate (same content hash as a judged candidate) gets the cached verdict and costs no
 budget. The final solution always gets the full protocol on every workload.
@@ -92,6 +95,26 @@ def significant(
     ratios = [old_lat[r.uuid] / r.latency_ms for r in new if r.latency_ms and r.uuid in old_lat]
     g = geomean(ratios)
     return g is not None and g > 1.0 + min_gain
+
+
+#: Margin by which a candidate must beat every incumbent on one screened workload to be a
+#: shape winner (well above the run-to-run spread of screening latencies).
+SHAPE_WIN = 1.10
+
+
+def shape_winner(
+    new: Sequence[WorkloadResult], incumbents: Sequence[Sequence[WorkloadResult]]
+) -> bool:
+    """Whether ``new`` beats the fastest incumbent by over ``SHAPE_WIN`` on some workload
+    that every incumbent was measured on."""
+    for r in new:
+        if not r.latency_ms:
+            continue
+        theirs = [i.latency_ms for inc in incumbents for i in inc if i.uuid == r.uuid]
+        if theirs and len(theirs) == len(incumbents) and all(theirs):
+            if r.latency_ms * SHAPE_WIN < min(t for t in theirs if t):
+                return True
+    return False
 
 
 #: ``stopped_early`` of an evaluation cut short by the run's time limit.
@@ -205,7 +228,9 @@ class Judge:
         self, screened: CandidateResult, incumbents_screen: Sequence[Sequence[WorkloadResult]]
     ) -> bool:
         scores = [s for s in (score_of(inc) for inc in incumbents_screen) if s is not None]
-        return not scores or (screened.score or 0.0) >= min(scores)
+        if not scores or (screened.score or 0.0) >= min(scores):
+            return True
+        return shape_winner(screened.per_workload, incumbents_screen)
 
     def _result(
         self,
