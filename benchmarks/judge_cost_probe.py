@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from kernelarc.guard.evaluator import Guard, GuardConfig  # noqa: E402
 from kernelarc.problem.inputs import estimate_input_bytes  # noqa: E402
 from kernelarc.problem.loader import load_problem  # noqa: E402
-from kernelarc.proposers.builtin import make_solution  # noqa: E402
+from kernelarc.proposers.builtin import reference_solution  # noqa: E402
 
 
 def main() -> None:
@@ -40,13 +40,8 @@ def main() -> None:
     problem = load_problem(args.problem)
     d = problem.definition
     wls = sorted(problem.workloads, key=lambda w: estimate_input_bytes(d, w))[: args.workloads]
-    solution = make_solution(
-        d,
-        agent="probe",
-        name=f"{d.name}-reference-probe",
-        description="The reference as a candidate (judge cost probe).",
-        source=d.reference,
-        entry="run",
+    solution = reference_solution(
+        d, agent="probe", description="The reference as a candidate (judge cost probe)."
     )
     cfg = GuardConfig(
         device=args.device,

@@ -69,6 +69,18 @@ def make_solution(
     )
 
 
+def reference_solution(definition: Definition, *, agent: str, description: str) -> Solution:
+    """The problem's reference code, unchanged, as a solution (entry ``run``)."""
+    return make_solution(
+        definition,
+        agent=agent,
+        name=f"{definition.name}-reference",
+        description=description,
+        source=definition.reference,
+        entry="run",
+    )
+
+
 def geomean(values: Sequence[float]) -> float | None:
     """Geometric mean of the positive values (None when there are none)."""
     vals = [v for v in values if v > 0 and math.isfinite(v)]
@@ -240,13 +252,10 @@ class ReferenceAgent(Agent):
         self._proposed = True
         definition = context.definition
         self._classes = WorkloadClasses.of(definition, context.workloads)
-        solution = make_solution(
+        solution = reference_solution(
             definition,
             agent=self.name,
-            name=f"{definition.name}-reference",
             description="The problem's reference implementation, unchanged (eager baseline).",
-            source=definition.reference,
-            entry="run",
         )
         return Proposal(
             solution=solution,
@@ -500,5 +509,6 @@ __all__ = [
     "compiled_source",
     "effect_by_class",
     "make_solution",
+    "reference_solution",
     "ms_by_uuid",
 ]

@@ -51,9 +51,9 @@ from kernelarc.proposers.builtin import (
     effect_by_class,
     failure_summary,
     geomean,
-    make_solution,
     ms_by_uuid,
     outcome_of,
+    reference_solution,
 )
 from kernelarc.proposers.wrap import why_not_wrappable, wrap_solution
 
@@ -277,13 +277,8 @@ class CudaGraphAgent(Agent):
             label, baseline = f"{best.agent}'s incumbent {best.candidate_id}", best.latencies_ms
         else:
             key, parent, label, baseline = REFERENCE_BASE, None, "the reference", {}
-            base = make_solution(
-                definition,
-                agent=self.name,
-                name=f"{definition.name}-reference",
-                description="The problem's reference implementation.",
-                source=definition.reference,
-                entry="run",
+            base = reference_solution(
+                definition, agent=self.name, description="The problem's reference implementation."
             )
         if key in self._wrapped:
             return None

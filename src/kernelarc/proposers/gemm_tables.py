@@ -66,9 +66,9 @@ from kernelarc.proposers.builtin import (
     effect_by_class,
     failure_summary,
     geomean,
-    make_solution,
     ms_by_uuid,
     outcome_of,
+    reference_solution,
 )
 from kernelarc.proposers.tunableop_worker import (
     TableError,
@@ -264,13 +264,8 @@ class GemmTablesAgent(Agent):
     # -------------------------------------------------------------- proposing
     def _bases(self, context: AgentContext) -> list[Base]:
         d = context.definition
-        ref = make_solution(
-            d,
-            agent=self.name,
-            name=f"{d.name}-reference",
-            description="The reference, as the base of a TunableOp table.",
-            source=d.reference,
-            entry="run",
+        ref = reference_solution(
+            d, agent=self.name, description="The reference, as the base of a TunableOp table."
         )
         out = [Base("reference", ref, None, {})]
         others = context.board.others(self.name) if context.board is not None else ()

@@ -59,9 +59,9 @@ from kernelarc.proposers.builtin import (
     effect_by_class,
     failure_summary,
     geomean,
-    make_solution,
     ms_by_uuid,
     outcome_of,
+    reference_solution,
 )
 from kernelarc.proposers.wrap import python_sources, why_not_wrappable, wrap_solution
 
@@ -260,13 +260,8 @@ class PrecisionAgent(Agent):
                 )
             )
         if why_not_applicable(definition, definition.reference) is None:
-            reference = make_solution(
-                definition,
-                agent=self.name,
-                name=f"{definition.name}-reference",
-                description="The problem's reference implementation.",
-                source=definition.reference,
-                entry="run",
+            reference = reference_solution(
+                definition, agent=self.name, description="The problem's reference implementation."
             )
             bases.append(_Base(REFERENCE_BASE, "the reference", reference, None, {}))
         return bases
