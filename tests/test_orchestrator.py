@@ -168,11 +168,13 @@ def test_budget_per_agent_is_honoured(guard: Guard, problem: Problem, tmp_path: 
 def test_proposal_priority_orders_proposals_ready_together(
     guard: Guard, problem: Problem, tmp_path: Path
 ) -> None:
-    """Both agents' first proposals are returned at the same moment (a barrier); B's sets
-    priority 50, so B is judged first although A is asked first and has the same class
-    priority. Without a proposal priority the agents' class priorities decide (ties: order
-    of completion)."""
+    """Both agents' first proposals are returned at the same moment (a barrier). A's class
+    priority (10) is above B's (0), so without proposal priorities A is judged first; B's
+    proposal sets priority 50, so B is judged first."""
     gate = threading.Barrier(2, timeout=WAIT_S)
+
+    class Ranked(ScriptedAgent):
+        priority = 10
 
     def together(tag: str, priority: int | None) -> Callable[[AgentContext], Proposal]:
         def step(context: AgentContext) -> Proposal:
@@ -181,7 +183,7 @@ def test_proposal_priority_orders_proposals_ready_together(
 
         return step
 
-    a = ScriptedAgent([together("pa", None)], name="A")
+    a = Ranked([together("pa", None)], name="A")
     b = ScriptedAgent([together("pb", 50)], name="B")
     run = search(guard, problem, tmp_path, [a, b], budget=2)
     info = run.describe()

@@ -108,11 +108,9 @@ def shape_winner(
     """Whether ``new`` beats the fastest incumbent by over ``SHAPE_WIN`` on some workload
     that every incumbent was measured on."""
     for r in new:
-        if not r.latency_ms:
-            continue
-        theirs = [i.latency_ms for inc in incumbents for i in inc if i.uuid == r.uuid]
-        if theirs and len(theirs) == len(incumbents) and all(theirs):
-            if r.latency_ms * SHAPE_WIN < min(t for t in theirs if t):
+        theirs = [i.latency_ms or 0.0 for inc in incumbents for i in inc if i.uuid == r.uuid]
+        if r.latency_ms and theirs and len(theirs) == len(incumbents) and all(theirs):
+            if r.latency_ms * SHAPE_WIN < min(theirs):
                 return True
     return False
 
