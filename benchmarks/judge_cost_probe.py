@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=3)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--cupti", choices=["auto", "on", "off"], default="auto")
     args = ap.parse_args()
     problem = load_problem(args.problem)
     d = problem.definition
@@ -50,6 +51,7 @@ def main() -> None:
         iterations=args.iterations,
         timeout=args.timeout,
         warm_spare=False,
+        cupti=args.cupti,
     )
     t0 = time.monotonic()
     with Guard(problem, cfg) as guard:
@@ -72,7 +74,12 @@ def main() -> None:
         "evaluate_wall_s": round(res.wall_s, 2),
         "total_s": round(total, 2),
         "phases_s": {k: round(v, 2) for k, v in res.phases_s.items()},
-        "config": {"rounds": args.rounds, "warmup": args.warmup, "iterations": args.iterations},
+        "config": {
+            "cupti": args.cupti,
+            "rounds": args.rounds,
+            "warmup": args.warmup,
+            "iterations": args.iterations,
+        },
         "workloads": rows,
     }
     print(json.dumps(report, indent=1, default=str))

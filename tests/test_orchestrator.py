@@ -18,7 +18,11 @@ in the store, resume after SIGKILL in a real subprocess (before and after a cand
 judged), ``kernelarc status --json`` and one real ``kernelarc optimize`` with the built-in
 agents.
 
-Not covered: CUDA, time limits (the judge's part: test_judge_time_limit.py), Ctrl-C, agents
+Also: the judging order under a time limit (cheap proposals first), the time kept for the
+composition, the reference fallback.
+
+Not covered: CUDA, a search cut by its time limit (the judge's part:
+test_judge_time_limit.py), Ctrl-C, agents
 that raise in ``propose`` or never return, ``--memory`` files across runs.
 """
 
@@ -46,6 +50,7 @@ from data.orchestrator.harness import (
     kill_and_resume,
     plateau_steps,
     rms,
+    run_config,
     search,
 )
 from pydantic import ValidationError
@@ -53,10 +58,13 @@ from pydantic import ValidationError
 from kernelarc.agents.memory import code_marker
 from kernelarc.agents.types import AgentContext, BoardSnapshot, Proposal
 from kernelarc.guard.evaluator import Guard
-from kernelarc.orchestration.finish import COMPOSER
+from kernelarc.orchestration.finish import COMPOSER, FALLBACK
+from kernelarc.orchestration.orchestrator import Orchestrator
+from kernelarc.orchestration.rundir import RunDir
 from kernelarc.problem.loader import Problem, load_problem, load_solution
-from kernelarc.problem.schema import Trace
+from kernelarc.problem.schema import Solution, Trace
 from kernelarc.proposers.scripted import ScriptedAgent
+from kernelarc.store.sqlite import SQLiteStore
 
 # ---------------------------------------------------------------- fixtures
 
@@ -189,6 +197,59 @@ def test_proposal_priority_orders_proposals_ready_together(
     info = run.describe()
     assert [c.agent for c in run.candidates] == ["B", "A"], info
     assert run.judged() == [c.id for c in run.candidates], info
+
+
+@pytest.mark.parametrize("time_limit", [None, 3600.0])
+def test_under_a_time_limit_cheap_proposals_go_before_run_time_compiles(
+    guard: Guard, problem: Problem, tmp_path: Path, time_limit: float | None
+) -> None:
+    """A (class priority 10) and B (0) return together; A's solution mentions torch.compile,
+    so with no judging cost observed yet it is expected to compile per workload shape. With
+    no time limit, priority decides (A first); under one, the cheap B goes first."""
+    gate = threading.Barrier(2, timeout=WAIT_S)
+
+    class Ranked(ScriptedAgent):
+        priority = 10
+
+    def together(solution: Solution) -> Callable[[AgentContext], Proposal]:
+        def step(context: AgentContext) -> Proposal:
+            gate.wait()
+            return Proposal(solution=solution, hypothesis=solution.name)
+
+        return step
+
+    compiled = rms("tc", fail=True)
+    compiled.sources[0].content += "\n# torch.compile(run) would go here\n"
+    assert compiled.compiles_at_run_time() and not rms("x").compiles_at_run_time()
+    a = Ranked([together(compiled)], name="A")
+    b = ScriptedAgent([together(rms("tb", fail=True))], name="B")
+    run = search(guard, problem, tmp_path, [a, b], budget=2, time_limit_s=time_limit)
+    order = [c.agent for c in run.candidates]
+    assert order == (["A", "B"] if time_limit is None else ["B", "A"]), run.describe()
+
+
+def test_time_is_kept_for_the_composition_once_it_is_possible(
+    guard: Guard, problem: Problem, tmp_path: Path
+) -> None:
+    """The reserve is the longest full evaluation among the full passes, from the second
+    on; the search's time left is the limit's less the reserve."""
+    a = ScriptedAgent([], name="A")
+    config = run_config(problem, ["A"], time_limit_s=100.0)
+    store = SQLiteStore(tmp_path / "store.sqlite")
+    try:
+        orch = Orchestrator(problem, [a], config, RunDir(tmp_path), store, guard, {})
+        assert orch.reserve() == 0.0
+        orch.full_s["c1"] = 30.0
+        assert orch.reserve() == 0.0  # one full pass: nothing to compose yet
+        orch.full_s["c2"] = 12.0
+        assert orch.reserve() == 30.0
+        assert orch.time_left_total() - orch._time_left() == pytest.approx(30.0, abs=0.5)
+        off = config.model_copy(update={"compose": False})
+        orch2 = Orchestrator(problem, [a], off, RunDir(tmp_path), store, guard, {})
+        orch2.full_s.update(orch.full_s)
+        assert orch2.reserve() == 0.0
+    finally:
+        store.close()
 
 
 # ---------------------------------------------------------------- 2. dedup
@@ -392,6 +453,35 @@ def test_composition_of_shape_winners_is_kept_as_best(compose_run: Search) -> No
     assert (full[composer.id].score or 0) > (full[single].score or 0), info
 
 
+def test_reference_fallback_replaces_a_candidate_slower_than_eager(
+    guard: Guard, problem: Problem, tmp_path: Path
+) -> None:
+    """The only candidate sleeps 20 ms per call: slower than the eager reference on every
+    workload. With the fallback on, the reference is judged in full at the end and handed
+    back instead; it costs no budget."""
+    a = ScriptedAgent([rms("fb", slow="True", sleep_s=0.02)], name="A")
+    run = search(guard, problem, tmp_path, [a], budget=1, reference_fallback=True)
+    info = run.describe()
+    [slow] = run.ids("A")
+    [fallback] = run.payloads("fallback")
+    ref = run.candidates[-1]
+    assert ref.agent == FALLBACK and ref.parent_id == slow, info
+    assert fallback == {
+        "candidate": ref.id,
+        "passed": True,
+        "score": fallback["score"],
+        "instead_of": slow,
+        "kept": True,
+    }, info
+    full = {e.candidate_id: e.result for e in run.evaluations if e.stage == "full"}
+    assert (full[slow].score or 1.0) < 1.0, info
+    assert (full[slow].score or 1.0) < (full[ref.id].score or 0.0), info
+    assert run.payloads("best")[-1]["candidate"] == ref.id, info
+    best = load_solution(run.run_dir / "best" / "solution.json")
+    assert best.sources[0].content == problem.definition.reference
+    assert run.summary["evaluated"] == 1 and run.summary["best"]["candidate_id"] == ref.id
+
+
 def test_status_evaluated_counts_only_budgeted_candidates(compose_run: Search) -> None:
     assert compose_run.summary["evaluated"] == compose_run.summary["budget"] == 2
 
@@ -586,9 +676,10 @@ def test_optimize_cli_with_builtin_agents(tmp_path: Path) -> None:
     status = json.loads(s.stdout)
     check_status_contract(status, run_dir)
     composed = [c for c in status["candidate_ids"] if c.endswith(f"-{COMPOSER}")]
+    fallback = [c for c in status["candidate_ids"] if c.endswith(f"-{FALLBACK}")]
     assert status["evaluated"] == 3, status
     assert status["composed"] == composed, status
-    assert len(status["candidate_ids"]) - len(composed) == 3, status
+    assert len(status["candidate_ids"]) - len(composed) - len(fallback) == 3, status
     assert [a["name"] for a in status["agents"]] == ["reference", "compiler"], status
     assert sum(a["candidates"] for a in status["agents"]) == 3, status
     assert status["best"]["all_passed"] is True, status

@@ -30,6 +30,9 @@ _SHOWN = {
     "duplicate",
     "composition",
     "composition_skipped",
+    "compose_skipped",
+    "fallback",
+    "fallback_skipped",
     "best",
     "agent_retired",
     "propose_error",
@@ -46,7 +49,9 @@ def optimize_command(
     ] = ",".join(DEFAULT_AGENTS),
     budget: Annotated[int, typer.Option(help="candidates judged in all")] = 16,
     budget_per_agent: Annotated[int | None, typer.Option(help="cap per agent")] = None,
-    time_limit: Annotated[float | None, typer.Option(help="seconds for the search")] = None,
+    time_limit: Annotated[
+        float | None, typer.Option(help="seconds for the search and the final composition")
+    ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda[:N]")] = "auto",
     seed: Annotated[int, typer.Option(help="base seed")] = 200,
     run_dir: Annotated[
@@ -75,6 +80,13 @@ def optimize_command(
     full_warmup: Annotated[int, typer.Option(help="warm-up calls, full protocol")] = 10,
     json_out: Annotated[
         bool, typer.Option("--json", help="print the final status as JSON")
+    ] = False,
+    no_reference_fallback: Annotated[
+        bool,
+        typer.Option(
+            "--no-reference-fallback",
+            help="return the best candidate even when the reference itself is faster",
+        ),
     ] = False,
     seed_solution: Annotated[
         list[Path] | None,
@@ -110,6 +122,7 @@ def optimize_command(
             full_warmup,
             err,
             seed_solutions=seed_solution or [],
+            reference_fallback=not no_reference_fallback,
         )
     except KernelArcError as e:
         err.print(f"[red]error:[/] {escape(str(e))}")
@@ -142,6 +155,7 @@ def _optimize(
     full_warmup: int,
     err: Console,
     seed_solutions: list[Path] | None = None,
+    reference_fallback: bool = True,
 ) -> dict[str, Any]:
     from pydantic import ValidationError
 
@@ -188,6 +202,7 @@ def _optimize(
             patience=patience,
             memory_file=str(memory) if memory else None,
             full=StageConfig(rounds=10, warmup=full_warmup, iterations=full_iterations),
+            reference_fallback=reference_fallback,
         )
     except ValidationError as e:
         raise KernelArcError(f"bad options: {e}") from None

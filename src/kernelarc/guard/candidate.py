@@ -40,12 +40,13 @@ def _without_run(source: str) -> str:
 _HONEST_MISTAKES = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict)
 
 
-_INDUCTOR_MARKERS = ("torch.compile", "torch._inductor", "torch._dynamo", "torch.export")
-
-
 def _uses_inductor(root: Path) -> bool:
+    from kernelarc.problem.schema import RUNTIME_COMPILE_MARKERS
+
     return any(
-        m in p.read_text(errors="replace") for p in root.rglob("*.py") for m in _INDUCTOR_MARKERS
+        m in p.read_text(errors="replace")
+        for p in root.rglob("*.py")
+        for m in RUNTIME_COMPILE_MARKERS
     )
 
 

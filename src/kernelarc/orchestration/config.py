@@ -46,6 +46,9 @@ class RunConfig(BaseModel):
     """Stop a screening early when the first screened workload is this much slower than
     the best incumbent there."""
     compose: bool = True
+    reference_fallback: bool = True
+    """When the chosen solution is slower than eager, judge the reference itself in full and
+    return it instead if it is significantly faster (see ``finish``)."""
 
     @model_validator(mode="after")
     def _independent(self) -> RunConfig:

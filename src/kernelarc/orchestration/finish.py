@@ -1,7 +1,14 @@
 """The end of a run: pick the best fully validated candidate, try a shape-gated composition
-of the per-workload winners (kept only if the guard finds it significantly better on every
-workload), write ``best/`` and the summary. Also ``run_status``: what ``kernelarc status``
-reports, computed from the store alone.
+of the per-workload winners (kept only if the guard finds it significantly better), and,
+when what is chosen is slower than the eager reference, judge the reference itself in full
+and hand it back instead if it is significantly faster (``RunConfig.reference_fallback``):
+a run never returns a solution the guard measured slower than the code it was given, when
+it had the time to check. Then write ``best/`` and the summary. Also ``run_status``: what
+``kernelarc status`` reports, computed from the store alone.
+
+The finishers' candidates (``FINISHERS``) cost no budget. Under a time limit the search
+keeps time for the composition (``Orchestrator.reserve``); the fallback gets what is left
+and is skipped, with an event, when nothing is.
 """
 
 from __future__ import annotations
@@ -11,12 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from kernelarc.agents.types import CandidateResult
 from kernelarc.orchestration.judge import results_of, score_of, significant
+from kernelarc.problem.schema import Solution
 from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store
 
 if TYPE_CHECKING:
     from kernelarc.orchestration.orchestrator import Orchestrator
 
 COMPOSER = "composer"
+FALLBACK = "reference-fallback"
+FINISHERS = frozenset({COMPOSER, FALLBACK})
+"""Agents of the candidates made at the end of a run (not budgeted, not agents of the run)."""
 
 
 def _full_passes(store: Store) -> list[tuple[CandidateRecord, EvaluationRecord]]:
@@ -36,12 +47,17 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
         return run_status(store, orch.dir.path)
     best_rec, best_ev = max(passes, key=lambda p: (p[1].result.score or 0.0, -p[0].seq))
     chosen = (best_rec, best_ev)
-    if cfg.compose and len(passes) >= 2 and orch.judge.out_of_time():
+    if cfg.compose and len(passes) >= 2 and orch.time_left_total() <= 0:
         orch.event("compose_skipped", {"why": "time limit reached"})
     elif cfg.compose and len(passes) >= 2:
         composed = _compose(orch, passes, best_rec, best_ev)
         if composed is not None:
             chosen = composed
+    if cfg.reference_fallback and (chosen[1].result.score or 0.0) < 1.0:
+        if orch.time_left_total() <= 0:
+            orch.event("fallback_skipped", {"why": "time limit reached"})
+        else:
+            chosen = _fallback(orch, *chosen)
     rec, ev = chosen
     path = orch.dir.write_best(rec.solution, ev.traces)
     orch.event("best", {"candidate": rec.id, "score": ev.result.score, "path": str(path)})
@@ -77,38 +93,15 @@ def _compose(
     except CompositionError as e:
         orch.event("composition_skipped", {"why": str(e)})
         return None
-    full = orch.config.full
-    res = orch.guard.evaluate(
-        solution, rounds=full.rounds, warmup=full.warmup, iterations=full.iterations
-    )
-    per = results_of(res.outcomes, orch.bounds)
-    record = orch.store.add_candidate(
-        CandidateRecord(
-            id=f"c{len(orch.store.candidates()) + 1:04d}-{COMPOSER}",
-            content_hash=solution.content_hash(),
-            agent=COMPOSER,
-            strategy="composition",
-            mode="draft",
-            parent_id=best_rec.id,
-            hypothesis="shape-gated composition of the per-workload winners",
-            solution=solution,
-        )
-    )
-    orch.dir.write_candidate(record)
-    result = CandidateResult(
-        candidate_id=record.id,
+    record, ev = _judge_final(
+        orch,
+        solution,
         agent=COMPOSER,
         strategy="composition",
-        mode="draft",
-        stage="full",
-        per_workload=per,
-        passed=all(r.status == "PASSED" for r in per) and bool(per),
-        score=score_of(per),
+        parent=best_rec.id,
+        hypothesis="shape-gated composition of the per-workload winners",
     )
-    ev = orch.store.add_evaluation(
-        EvaluationRecord(candidate_id=record.id, stage="full", traces=res.traces, result=result)
-    )
-    orch.dir.append_traces(res.traces)
+    per, result = ev.result.per_workload, ev.result
     better = result.passed and significant(per, best_ev.result.per_workload, orch.config.min_gain)
     orch.event(
         "composition",
@@ -123,6 +116,86 @@ def _compose(
     return (record, ev) if better else None
 
 
+def _fallback(
+    orch: Orchestrator, rec: CandidateRecord, ev: EvaluationRecord
+) -> tuple[CandidateRecord, EvaluationRecord]:
+    """The reference judged in full; returned instead of ``rec`` when significantly faster."""
+    from kernelarc.problem.reference import reference_solution
+
+    solution = reference_solution(
+        orch.problem.definition,
+        agent=FALLBACK,
+        description="The problem's reference, unchanged: no candidate of the run beat it.",
+    )
+    ref_rec, ref_ev = _judge_final(
+        orch,
+        solution,
+        agent=FALLBACK,
+        strategy="reference",
+        parent=rec.id,
+        hypothesis=f"the reference itself beats {rec.id} ({ev.result.score:.3g}x over eager)",
+    )
+    kept = ref_ev.result.passed and significant(
+        ref_ev.result.per_workload, ev.result.per_workload, orch.config.min_gain
+    )
+    orch.event(
+        "fallback",
+        {
+            "candidate": ref_rec.id,
+            "passed": ref_ev.result.passed,
+            "score": ref_ev.result.score,
+            "instead_of": rec.id,
+            "kept": kept,
+        },
+    )
+    return (ref_rec, ref_ev) if kept else (rec, ev)
+
+
+def _judge_final(
+    orch: Orchestrator,
+    solution: Solution,
+    *,
+    agent: str,
+    strategy: str,
+    parent: str,
+    hypothesis: str,
+) -> tuple[CandidateRecord, EvaluationRecord]:
+    """Judge a finisher's candidate with the full protocol on every workload and record it."""
+    full = orch.config.full
+    res = orch.guard.evaluate(
+        solution, rounds=full.rounds, warmup=full.warmup, iterations=full.iterations
+    )
+    per = results_of(res.outcomes, orch.bounds)
+    record = orch.store.add_candidate(
+        CandidateRecord(
+            id=f"c{len(orch.store.candidates()) + 1:04d}-{agent}",
+            content_hash=solution.content_hash(),
+            agent=agent,
+            strategy=strategy,
+            mode="draft",
+            parent_id=parent,
+            hypothesis=hypothesis,
+            solution=solution,
+        )
+    )
+    orch.dir.write_candidate(record)
+    result = CandidateResult(
+        candidate_id=record.id,
+        agent=agent,
+        strategy=strategy,
+        mode="draft",
+        stage="full",
+        per_workload=per,
+        passed=all(r.status == "PASSED" for r in per) and bool(per),
+        score=score_of(per),
+    )
+    ev = orch.store.add_evaluation(
+        EvaluationRecord(candidate_id=record.id, stage="full", traces=res.traces, result=result)
+    )
+    orch.dir.append_traces(res.traces)
+    return record, ev
+
+
 def run_status(store: Store, run_dir: Path) -> dict[str, Any]:
     """The run's state for scripts (names are a contract: see ``kernelarc status``)."""
     config = _config(store)
@@ -131,8 +204,9 @@ def run_status(store: Store, run_dir: Path) -> dict[str, Any]:
     conclusions = store.conclusions()
     incumbents = store.incumbents()
     composed = {c.id for c in cands if c.agent == COMPOSER}
-    judged = {e.candidate_id for e in evals} - composed
-    passed = {e.candidate_id for e in evals if e.stage == "full" and e.result.passed} - composed
+    finishers = {c.id for c in cands if c.agent in FINISHERS}
+    judged = {e.candidate_id for e in evals} - finishers
+    passed = {e.candidate_id for e in evals if e.stage == "full" and e.result.passed} - finishers
     agents = []
     for name in config.get("agents", []):
         inc = incumbents.get(name)

@@ -33,6 +33,9 @@ from kernelarc.problem.loader import Problem
 from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store, StoreError
 
 MAX_PROPOSE_ERRORS = 3
+EXPENSIVE_SHARE = 1 / 16
+"""A proposal whose judgement is expected to take over this share of the time limit is
+judged after the cheaper ones ready with it (15 s of a 240 s limit)."""
 ORCHESTRATOR = "__orchestrator__"
 """The store key of the orchestrator's own state (plateau counters)."""
 
@@ -71,6 +74,12 @@ class Orchestrator:
         saw; asked again once the board has changed."""
         self.asked: dict[str, int] = {}
         self.errors: dict[str, int] = {n: 0 for n in self.agents}
+        self.screen_cost: dict[str, float] = {}
+        """Seconds the screening of each candidate judged in this process took."""
+        self.agent_cost: dict[str, float] = {}
+        """Per agent: the screening seconds of its latest candidate."""
+        self.full_s: dict[str, float] = {}
+        """Seconds of the full evaluation of each candidate that passed it (this process)."""
         self.started = time.monotonic()
         self.interrupted = False
         self.on_event = on_event
@@ -99,10 +108,13 @@ class Orchestrator:
                 if not inflight:
                     break
                 done = self.executor.wait_any(inflight, timeout=self._time_left())
-                # Proposals ready together are judged by the strategies' priority: under a
-                # time limit the likeliest wins are measured first.
-                for fut in sorted(done, key=lambda f: -self._priority(inflight[f], f)):
-                    self._tell(inflight.pop(fut), fut)
+                if not done:
+                    continue
+                # One ready proposal is judged at a time, then idle agents are asked again:
+                # a new incumbent reaches every agent's next proposal before the rest of the
+                # ready ones are judged (see ``_order``).
+                fut = min(done, key=lambda f: self._order(inflight[f], f))
+                self._tell(inflight.pop(fut), fut)
         except KeyboardInterrupt:
             self.interrupted = True
             self.event("interrupted", {"used": self.used})
@@ -120,14 +132,28 @@ class Orchestrator:
         self.event("search_stopped", {"reason": reason, "used": self.used})
         return finish(self)
 
-    def _priority(self, name: str, fut: Future[Any]) -> int:
-        """The proposal's own priority when it sets one, else its agent's (a failed or empty
-        proposal sorts by its agent's)."""
-        if fut.exception() is None:
-            proposal = fut.result()
-            if isinstance(proposal, Proposal) and proposal.priority is not None:
-                return proposal.priority
-        return self.agents[name].priority
+    def _order(self, name: str, fut: Future[Any]) -> tuple[int, int, int]:
+        """Sort key of a ready proposal: under a time limit the cheap ones go first (see
+        ``_expensive``), then by priority (the proposal's own when it sets one, else its
+        agent's), then by the agents' order. A failed or empty proposal costs nothing."""
+        proposal = fut.result() if fut.exception() is None else None
+        priority = self.agents[name].priority
+        if isinstance(proposal, Proposal) and proposal.priority is not None:
+            priority = proposal.priority
+        slow = isinstance(proposal, Proposal) and self._expensive(name, proposal)
+        return (int(slow), -priority, list(self.agents).index(name))
+
+    def _expensive(self, name: str, proposal: Proposal) -> bool:
+        """Whether judging ``proposal`` is expected to take over ``EXPENSIVE_SHARE`` of the
+        time limit (never, without one). The estimate is the screening time of its parent,
+        else of its agent's last candidate; with neither, a solution that compiles at run
+        time (torch.compile: a compile per workload shape) is expected to be expensive."""
+        if self.config.time_limit_s is None:
+            return False
+        cost = self.screen_cost.get(proposal.parent_id or "", self.agent_cost.get(name))
+        if cost is None:
+            return proposal.solution.compiles_at_run_time()
+        return cost > EXPENSIVE_SHARE * self.config.time_limit_s
 
     def _idle(self, inflight: dict[Future[Any], str]) -> list[str]:
         busy = set(inflight.values())
@@ -150,9 +176,22 @@ class Orchestrator:
         return self.config.budget - self.used
 
     def _time_left(self) -> float:
+        """Seconds left to the search: the time limit less what has run, less the time kept
+        for the final composition (``reserve``)."""
+        return self.time_left_total() - self.reserve()
+
+    def time_left_total(self) -> float:
         if self.config.time_limit_s is None:
             return 1e9
         return self.config.time_limit_s - (time.monotonic() - self.started)
+
+    def reserve(self) -> float:
+        """Time kept for the final shape-gated composition once it is possible (two full
+        passes): the longest full evaluation among them, the likeliest cost of judging their
+        composition. Without a time limit or composition, nothing is kept."""
+        if self.config.time_limit_s is None or not self.config.compose or len(self.full_s) < 2:
+            return 0.0
+        return max(self.full_s.values())
 
     # ------------------------------------------------------------------ ask
     def _context(self, name: str) -> AgentContext:
@@ -250,7 +289,10 @@ class Orchestrator:
             self.dir.append_traces(ev.traces)
         self.used += 1
         self.per_agent[name] = self.per_agent.get(name, 0) + 1
+        self.screen_cost[record.id] = self.agent_cost[name] = stages[0][1].wall_s
         final = stages[-1][2]
+        if final.stage == "full" and final.passed:
+            self.full_s[record.id] = stages[-1][1].wall_s
         old = self.results.get(name, {}).get("full")
         improved = (
             final.stage == "full"

@@ -300,6 +300,11 @@ class SourceFile(_Model):
         return v
 
 
+#: Source text that means a solution compiles code when first called (torch.compile and
+#: its relatives): its judgement includes a compile per workload shape.
+RUNTIME_COMPILE_MARKERS = ("torch.compile", "torch._inductor", "torch._dynamo", "torch.export")
+
+
 class Solution(_Model):
     name: str = Field(min_length=1)
     definition: str = Field(min_length=1)
@@ -328,6 +333,16 @@ class Solution(_Model):
             "sources": sorted((s.path, s.content) for s in self.sources),
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+    def compiles_at_run_time(self) -> bool:
+        """Whether a Python source mentions torch.compile or its relatives (a textual test:
+        the judge's cost estimate, not a security check)."""
+        return any(
+            m in s.content
+            for s in self.sources
+            if s.path.endswith(".py")
+            for m in RUNTIME_COMPILE_MARKERS
+        )
 
 
 # ---------------------------------------------------------------- trace

@@ -36,9 +36,9 @@ from kernelarc.agents.types import (
     Proposal,
     WorkloadResult,
 )
-from kernelarc.problem.schema import Definition, Solution
+from kernelarc.problem.reference import make_solution, reference_solution
+from kernelarc.problem.schema import Definition
 
-SOLUTION_FILE = "solution.py"
 COMPILED_ENTRY = "kernelarc_entry"
 #: A passing candidate slower than this fraction of its baseline's speed is "regressed".
 REGRESSED_BELOW = 0.97
@@ -47,38 +47,6 @@ Family = Literal["mode", "options"]
 
 
 # ------------------------------------------------------------------------------ helpers
-
-
-def make_solution(
-    definition: Definition, *, agent: str, name: str, description: str, source: str, entry: str
-) -> Solution:
-    """A one-file, non destination-passing PyTorch solution of ``definition``."""
-    return Solution.model_validate(
-        {
-            "name": name,
-            "definition": definition.name,
-            "author": f"kernelarc:{agent}",
-            "description": description,
-            "spec": {
-                "languages": ["pytorch"],
-                "entry_point": f"{SOLUTION_FILE}::{entry}",
-                "destination_passing_style": False,
-            },
-            "sources": [{"path": SOLUTION_FILE, "content": source}],
-        }
-    )
-
-
-def reference_solution(definition: Definition, *, agent: str, description: str) -> Solution:
-    """The problem's reference code, unchanged, as a solution (entry ``run``)."""
-    return make_solution(
-        definition,
-        agent=agent,
-        name=f"{definition.name}-reference",
-        description=description,
-        source=definition.reference,
-        entry="run",
-    )
 
 
 def geomean(values: Sequence[float]) -> float | None:
