@@ -7,7 +7,7 @@ with the real builder and passes the real guard on every workload; routing obser
 in-process through the dispatcher's lazy module cache and a per-implementation call log
 (winner shapes go to their winner, an unseen shape to the default); the generated
 dispatcher's imports; :func:`axis_locator` for input, output and scalar axes; every
-CompositionError case (C++ part, unreadable axis, same shape with different winners,
+CompositionError case (C++ part, same dispatch key with different winners,
 colliding module names, unknown workload, other definition).
 
 Not covered: Triton parts on a GPU (the dispatcher treats them like any Python part).
@@ -27,7 +27,12 @@ import torch
 from kernelarc.examples import example_dir
 from kernelarc.guard.build import choose_builder, load_entry
 from kernelarc.guard.evaluator import Guard, GuardConfig
-from kernelarc.orchestration.compose import CompositionError, axis_locator, compose
+from kernelarc.orchestration.compose import (
+    CompositionError,
+    axis_locator,
+    compose,
+    dispatch_key,
+)
 from kernelarc.problem.loader import Problem, load_problem, load_solution
 from kernelarc.problem.schema import Definition, Solution, Workload
 
@@ -287,14 +292,50 @@ def test_axis_locator_inputs_outputs_scalars(problem: Problem) -> None:
     assert "(3, 5, 7): 0," in dispatch
 
 
-def test_axis_only_in_expressions_is_refused() -> None:
+def test_var_axes_only_in_expressions_dispatch_on_the_expression_axes() -> None:
+    """batch and seq enter the shapes only through tokens = batch * seq: the dispatcher
+    reads tokens, and (1, 256) and (2, 128) are one call to it."""
     d = _definition(
-        {"n": {"type": "var"}, "n2": {"type": "expr", "expression": "n * 2"}},
-        {"x": {"shape": ["n2"], "dtype": "float32"}},
-        {"y": {"shape": ["n2"], "dtype": "float32"}},
+        {
+            "batch": {"type": "var"},
+            "seq": {"type": "var"},
+            "tokens": {"type": "expr", "expression": "batch * seq"},
+            "h": {"type": "const", "value": 4},
+        },
+        {"x": {"shape": ["tokens", "h"], "dtype": "float32"}},
+        {"y": {"shape": ["tokens", "h"], "dtype": "float32"}},
     )
-    with pytest.raises(CompositionError, match="var axis 'n' is not a dimension"):
-        axis_locator(d)
+    assert axis_locator(d) == {"tokens": ("input", 0, 0)}
+    wls = [
+        Workload(uuid="a", axes={"batch": 1, "seq": 256}),
+        Workload(uuid="b", axes={"batch": 2, "seq": 128}),
+        Workload(uuid="c", axes={"batch": 2, "seq": 256}),
+    ]
+    assert [dispatch_key(d, w) for w in wls] == [(256,), (256,), (512,)]
+    sol = _solution("s", {"a.py": "def run(x, y):\n    pass\n"}, "a.py::run")
+    sol = sol.model_copy(update={"definition": d.name})
+    other = _solution("t", {"b.py": "def run(x, y):\n    y.zero_()\n"}, "b.py::run")
+    other = other.model_copy(update={"definition": d.name})
+    dispatch = compose(d, wls, {"a": sol, "b": sol, "c": other}, default=sol)
+    text = dispatch.sources[0].content
+    assert "_TABLE.get((args[0].shape[0],), _DEFAULT)" in text
+    assert "(256,): 0,  # a, b" in text and "(512,): 1,  # c" in text
+    with pytest.raises(CompositionError, match="same dispatch axes.*different winners"):
+        compose(d, wls, {"a": sol, "b": other}, default=sol)
+
+
+def test_no_readable_axis_gives_one_dispatch_key() -> None:
+    d = _definition(
+        {
+            "n": {"type": "var"},
+            "n2": {"type": "expr", "expression": "n * 2"},
+            "h": {"type": "const", "value": 4},
+        },
+        {"x": {"shape": ["h"], "dtype": "float32"}},
+        {"y": {"shape": ["h"], "dtype": "float32"}},
+    )
+    assert axis_locator(d) == {}
+    assert dispatch_key(d, Workload(uuid="a", axes={"n": 3})) == ()
 
 
 # ---------------------------------------------------------------- refusals
@@ -320,7 +361,7 @@ def test_same_shape_different_winners_is_refused(problem: Problem) -> None:
         default=dps_solution(),
     )
     assert f"{first.uuid}, twin-of-b1" in ok.sources[0].content
-    with pytest.raises(CompositionError, match="same var axes.*different winners"):
+    with pytest.raises(CompositionError, match="same dispatch axes.*different winners"):
         compose(
             problem.definition,
             wls,
@@ -362,3 +403,58 @@ def test_unknown_workload_and_other_definition(problem: Problem) -> None:
     foreign = dps_solution().model_copy(update={"definition": "something_else"})
     with pytest.raises(CompositionError, match="for definition 'something_else'"):
         compose(problem.definition, problem.workloads, {}, default=foreign)
+
+
+def test_finish_routes_each_dispatch_key_to_its_fastest_candidate() -> None:
+    """Workloads (1, 256) and (2, 128) are one dispatch key: both go to the candidate with
+    the lower geomean over the two (B: 1 and 4 ms vs A: 3 and 3 ms), although A is faster
+    on one of them; (2, 256) goes to its own fastest (A)."""
+    from types import SimpleNamespace
+
+    from kernelarc.agents.types import CandidateResult, WorkloadResult
+    from kernelarc.orchestration.finish import _winners
+    from kernelarc.store.base import CandidateRecord, EvaluationRecord
+
+    d = _definition(
+        {
+            "batch": {"type": "var"},
+            "seq": {"type": "var"},
+            "tokens": {"type": "expr", "expression": "batch * seq"},
+        },
+        {"x": {"shape": ["tokens"], "dtype": "float32"}},
+        {"y": {"shape": ["tokens"], "dtype": "float32"}},
+    )
+    wls = [
+        Workload(uuid="a", axes={"batch": 1, "seq": 256}),
+        Workload(uuid="b", axes={"batch": 2, "seq": 128}),
+        Workload(uuid="c", axes={"batch": 2, "seq": 256}),
+    ]
+    sol = _solution("s", {"a.py": "def run(x, y):\n    pass\n"}, "a.py::run")
+
+    def passed(cid: str, ms: dict[str, float]) -> tuple[CandidateRecord, EvaluationRecord]:
+        per = tuple(
+            WorkloadResult(uuid=u, axes={}, status="PASSED", latency_ms=v, reference_ms=10.0)
+            for u, v in ms.items()
+        )
+        result = CandidateResult(
+            candidate_id=cid,
+            agent=cid,
+            strategy="s",
+            mode="refine",
+            stage="full",
+            per_workload=per,
+            passed=True,
+            score=1.0,
+        )
+        rec = CandidateRecord(
+            id=cid, content_hash=cid, agent=cid, strategy="s", mode="refine", solution=sol
+        )
+        return rec, EvaluationRecord(candidate_id=cid, stage="full", result=result)
+
+    passes = [
+        passed("A", {"a": 3.0, "b": 3.0, "c": 1.0}),
+        passed("B", {"a": 1.0, "b": 4.0, "c": 2.0}),
+    ]
+    orch = SimpleNamespace(problem=SimpleNamespace(definition=d, workloads=wls))
+    got = {u: rec.id for u, rec in _winners(orch, passes).items()}  # type: ignore[arg-type]
+    assert got == {"a": "B", "b": "B", "c": "A"}

@@ -205,7 +205,9 @@ def test_under_a_time_limit_cheap_proposals_go_before_run_time_compiles(
 ) -> None:
     """A (class priority 10) and B (0) return together; A's solution mentions torch.compile,
     so with no judging cost observed yet it is expected to compile per workload shape. With
-    no time limit, priority decides (A first); under one, the cheap B goes first."""
+    no time limit, priority decides (A first); under one, the cheap B goes first, but B's
+    next proposal (ready only after that) waits for A: expensive proposals are deferred, not
+    starved."""
     gate = threading.Barrier(2, timeout=WAIT_S)
 
     class Ranked(ScriptedAgent):
@@ -222,10 +224,10 @@ def test_under_a_time_limit_cheap_proposals_go_before_run_time_compiles(
     compiled.sources[0].content += "\n# torch.compile(run) would go here\n"
     assert compiled.compiles_at_run_time() and not rms("x").compiles_at_run_time()
     a = Ranked([together(compiled)], name="A")
-    b = ScriptedAgent([together(rms("tb", fail=True))], name="B")
-    run = search(guard, problem, tmp_path, [a, b], budget=2, time_limit_s=time_limit)
+    b = ScriptedAgent([together(rms("tb", fail=True)), rms("tb2", fail=True)], name="B")
+    run = search(guard, problem, tmp_path, [a, b], budget=3, time_limit_s=time_limit)
     order = [c.agent for c in run.candidates]
-    assert order == (["A", "B"] if time_limit is None else ["B", "A"]), run.describe()
+    assert order == (["A", "B", "B"] if time_limit is None else ["B", "A", "B"]), run.describe()
 
 
 def test_time_is_kept_for_the_composition_once_it_is_possible(

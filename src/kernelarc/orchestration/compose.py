@@ -23,10 +23,14 @@ but different contents, :func:`compose` raises :class:`CompositionError`, becaus
 keeps one module per name in ``sys.modules`` and the second would silently use the first
 one's code. Identical files under the same name are allowed and shared.
 
+The dispatch axes are the var axes, or, when one of them cannot be read from the arguments
+(it only enters expressions), every var or expression axis that can (:func:`axis_locator`).
+
 Not covered: the C++ group and Python languages other than pytorch/triton (future work);
-var axes that appear only inside axis expressions (``2*n``); two workloads whose var axes
-agree but whose winners differ (e.g. they differ only in a scalar input) — both are
-refused. An implementation that imports a sibling module for the first time *inside* a
+two workloads with the same dispatch key but different winners (e.g. they differ only in
+a non-axis scalar input, or in var axes the shapes do not show) are refused here: the caller
+picks one winner per key (the orchestrator takes the fastest over the key's workloads).
+An implementation that imports a sibling module for the first time *inside* a
 call (not at import time) fails with ModuleNotFoundError, because its folder is on
 ``sys.path`` only while its entry imports; the guard then rejects the composition.
 """
@@ -37,7 +41,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 
 from kernelarc.problem.axes import AxisError, resolve_axes
-from kernelarc.problem.schema import BuildSpec, Definition, Language, Solution, SourceFile, Workload
+from kernelarc.problem.schema import (
+    BuildSpec,
+    ConstAxis,
+    Definition,
+    Language,
+    Solution,
+    SourceFile,
+    Workload,
+)
 
 #: Languages whose solutions can be parts of a composition.
 COMPOSABLE_LANGUAGES = frozenset({Language.pytorch, Language.triton})
@@ -59,31 +71,43 @@ class CompositionError(ValueError):
 
 
 def axis_locator(definition: Definition) -> dict[str, Locator]:
-    """For each var axis (definition order): where its value is read from a call's arguments.
+    """The dispatch axes (definition order) and where each is read from a call's arguments.
 
-    The first tensor input (definition order) with a dimension named exactly like the axis
-    wins; then the outputs; then a scalar input whose name equals the axis name. An axis
-    found nowhere raises :class:`CompositionError`.
+    Normally the var axes. Where one is read: the first tensor input (definition order) with
+    a dimension named exactly like the axis; then the outputs; then a scalar input of that
+    name. When some var axis is none of these (it only enters expressions, e.g. ``batch_size``
+    and ``seq_len`` in ``num_tokens = batch_size * seq_len``), the calls' shapes cannot tell
+    its values apart, and the dispatch axes are instead every var or expression axis that
+    can be read (``num_tokens``): workloads that differ only in what cannot be read share a
+    dispatch key (see :func:`dispatch_key`). With none readable, the key is empty.
     """
+    var = {a: _locate(definition, a) for a in definition.var_axes}
+    if all(loc is not None for loc in var.values()):
+        return {a: loc for a, loc in var.items() if loc is not None}
     found: dict[str, Locator] = {}
-    for axis in definition.var_axes:
-        loc = _find_dim(definition.inputs, axis, "input") or _find_dim(
-            definition.outputs, axis, "output"
-        )
-        if loc is None:
-            names = list(definition.inputs)
-            spec = definition.inputs.get(axis)
-            if spec is not None and spec.is_scalar:
-                loc = ("scalar", names.index(axis), -1)
-        if loc is None:
-            raise CompositionError(
-                f"definition {definition.name!r}: var axis {axis!r} is not a dimension of any "
-                "input or output tensor (only inside expressions, if at all) and no scalar "
-                "input has its name, so a dispatcher cannot read it from the arguments; "
-                "shape-gated composition is not possible for this problem"
-            )
-        found[axis] = loc
+    for axis, spec in definition.axes.items():
+        if isinstance(spec, ConstAxis):
+            continue
+        loc = _locate(definition, axis)
+        if loc is not None:
+            found[axis] = loc
     return found
+
+
+def _locate(definition: Definition, axis: str) -> Locator | None:
+    loc = _find_dim(definition.inputs, axis, "input") or _find_dim(
+        definition.outputs, axis, "output"
+    )
+    spec = definition.inputs.get(axis)
+    if loc is None and spec is not None and spec.is_scalar:
+        loc = ("scalar", list(definition.inputs).index(axis), -1)
+    return loc
+
+
+def dispatch_key(definition: Definition, workload: Workload) -> tuple[int, ...]:
+    """The values of the dispatch axes (:func:`axis_locator`) for ``workload``: two workloads
+    with the same key are the same call to a shape-gated dispatcher."""
+    return _workload_key(definition, workload, list(axis_locator(definition)))
 
 
 def _find_dim(specs: Mapping[str, object], axis: str, kind: str) -> Locator | None:
@@ -184,10 +208,10 @@ def compose(
     """One dispatching solution from per-workload winners (workload uuid → Solution).
 
     ``default`` serves every shape not in the table (including workloads without a winner
-    whose var axes match no winner's). Raises :class:`CompositionError` for a part that is
-    not pytorch/triton or is for another definition, a winner for a uuid not among
-    ``workloads``, an axis the dispatcher cannot read, two workloads with the same var-axis
-    values but different winners, or colliding module names.
+    whose dispatch key matches no winner's). Raises :class:`CompositionError` for a part
+    that is not pytorch/triton or is for another definition, a winner for a uuid not among
+    ``workloads``, two workloads with the same dispatch key (:func:`dispatch_key`) but
+    different winners (choose one per key first), or colliding module names.
     """
     _check_part(definition, default, "default")
     by_uuid = {w.uuid: w for w in workloads}
@@ -198,8 +222,8 @@ def compose(
                 f"{len(by_uuid)} workloads passed"
             )
         _check_part(definition, sol, f"workload {uuid}'s winning")
-    axes = definition.var_axes
     locators = axis_locator(definition)
+    axes = list(locators)
 
     parts: list[Solution] = [default]
     index_of = {default.content_hash(): 0}
@@ -216,7 +240,7 @@ def compose(
         if key in table and table[key] != k:
             first = won[key][0]
             raise CompositionError(
-                f"workloads {first} and {wl.uuid} have the same var axes "
+                f"workloads {first} and {wl.uuid} have the same dispatch axes "
                 f"{dict(zip(axes, key, strict=True))} but different winners "
                 f"({parts[table[key]].name!r} and {winner.name!r}); a shape-gated dispatcher "
                 "cannot tell them apart: pick one winner for both"
@@ -269,7 +293,7 @@ def _describe(
         items.append(f"impl_{k} = {sol.name} ({role}{serves})")
     return (
         f"Shape-gated composition of {len(parts)} implementation(s) for {definition.name}, "
-        f"dispatching on ({', '.join(axes)}): " + "; ".join(items) + "."
+        f"dispatching on ({', '.join(axes) or 'nothing'}): " + "; ".join(items) + "."
     )
 
 
@@ -290,7 +314,7 @@ def _render(
     lines = [
         f'"""Composed solution {name!r} for {definition.name!r} (generated by KernelArc).',
         "",
-        "Each call is routed by the values of the var axes, read from the argument shapes, to",
+        "Each call is routed by the dispatch axes' values, read from the argument shapes, to",
         "the implementation that won that shape; other shapes go to the default, impl_0.",
         '"""',
         "",

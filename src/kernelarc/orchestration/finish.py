@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelarc.agents.types import CandidateResult
-from kernelarc.orchestration.judge import results_of, score_of, significant
+from kernelarc.orchestration.judge import geomean, results_of, score_of, significant
 from kernelarc.problem.schema import Solution
 from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store
 
@@ -76,18 +76,14 @@ def _compose(
 ) -> tuple[CandidateRecord, EvaluationRecord] | None:
     from kernelarc.orchestration.compose import CompositionError, compose
 
-    winners: dict[str, tuple[float, CandidateRecord]] = {}
-    for rec, ev in passes:
-        for r in ev.result.per_workload:
-            if r.latency_ms and (r.uuid not in winners or r.latency_ms < winners[r.uuid][0]):
-                winners[r.uuid] = (r.latency_ms, rec)
-    if len({rec.id for _, rec in winners.values()}) < 2:
-        return None
     try:
+        winners = _winners(orch, passes)
+        if len({rec.id for rec in winners.values()}) < 2:
+            return None
         solution = compose(
             orch.problem.definition,
             orch.problem.workloads,
-            {u: rec.solution for u, (_, rec) in winners.items()},
+            {u: rec.solution for u, rec in winners.items()},
             default=best_rec.solution,
         )
     except CompositionError as e:
@@ -110,10 +106,36 @@ def _compose(
             "passed": result.passed,
             "score": result.score,
             "kept": better,
-            "parts": sorted({rec.id for _, rec in winners.values()}),
+            "parts": sorted({rec.id for rec in winners.values()}),
         },
     )
     return (record, ev) if better else None
+
+
+def _winners(
+    orch: Orchestrator, passes: list[tuple[CandidateRecord, EvaluationRecord]]
+) -> dict[str, CandidateRecord]:
+    """Per workload, the candidate to route it to: the workloads a dispatcher cannot tell
+    apart (one dispatch key) all go to the candidate with the lowest geomean latency over
+    them (every full pass measured every workload)."""
+    from kernelarc.orchestration.compose import dispatch_key
+
+    definition = orch.problem.definition
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for wl in orch.problem.workloads:
+        groups.setdefault(dispatch_key(definition, wl), []).append(wl.uuid)
+    lat = {
+        rec.id: {r.uuid: r.latency_ms for r in ev.result.per_workload if r.latency_ms}
+        for rec, ev in passes
+    }
+    out: dict[str, CandidateRecord] = {}
+    for uuids in groups.values():
+        timed = [(rec, lat[rec.id]) for rec, _ in passes if all(u in lat[rec.id] for u in uuids)]
+        if not timed:
+            continue
+        best, _ = min(timed, key=lambda t: geomean([t[1][u] or 0.0 for u in uuids]) or 0.0)
+        out.update({u: best for u in uuids})
+    return out
 
 
 def _fallback(

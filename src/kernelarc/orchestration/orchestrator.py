@@ -74,6 +74,8 @@ class Orchestrator:
         saw; asked again once the board has changed."""
         self.asked: dict[str, int] = {}
         self.errors: dict[str, int] = {n: 0 for n in self.agents}
+        self.told = 0
+        """Ready proposals told so far in this process (their judging order, see ``_order``)."""
         self.screen_cost: dict[str, float] = {}
         """Seconds the screening of each candidate judged in this process took."""
         self.agent_cost: dict[str, float] = {}
@@ -99,6 +101,7 @@ class Orchestrator:
 
         self._restore()
         inflight: dict[Future[Any], str] = {}
+        ready_at: dict[Future[Any], int] = {}  # proposals told before each was first ready
         try:
             while self._budget_left() > 0 and self._time_left() > 0:
                 for name in self._idle(inflight):
@@ -113,7 +116,11 @@ class Orchestrator:
                 # One ready proposal is judged at a time, then idle agents are asked again:
                 # a new incumbent reaches every agent's next proposal before the rest of the
                 # ready ones are judged (see ``_order``).
-                fut = min(done, key=lambda f: self._order(inflight[f], f))
+                for f in done:
+                    ready_at.setdefault(f, self.told)
+                fut = min(done, key=lambda f: self._order(inflight[f], f, ready_at[f]))
+                del ready_at[fut]
+                self.told += 1
                 self._tell(inflight.pop(fut), fut)
         except KeyboardInterrupt:
             self.interrupted = True
@@ -132,16 +139,23 @@ class Orchestrator:
         self.event("search_stopped", {"reason": reason, "used": self.used})
         return finish(self)
 
-    def _order(self, name: str, fut: Future[Any]) -> tuple[int, int, int]:
-        """Sort key of a ready proposal: under a time limit the cheap ones go first (see
-        ``_expensive``), then by priority (the proposal's own when it sets one, else its
-        agent's), then by the agents' order. A failed or empty proposal costs nothing."""
+    def _order(self, name: str, fut: Future[Any], ready_at: int) -> tuple[float, int, int]:
+        """Sort key of a ready proposal. Without a time limit: its priority (the proposal's
+        own when it sets one, else its agent's), then the agents' order. Under one, first
+        by when it became ready (first ready, first judged: an agent that proposes again at
+        once does not starve the others), and an expensive proposal (``_expensive``) after
+        the cheap ones that were ready with it or before, not after later ones: cheap wins
+        are measured before a costly judgement, which still comes in its turn. A failed or
+        empty proposal costs nothing."""
         proposal = fut.result() if fut.exception() is None else None
         priority = self.agents[name].priority
         if isinstance(proposal, Proposal) and proposal.priority is not None:
             priority = proposal.priority
-        slow = isinstance(proposal, Proposal) and self._expensive(name, proposal)
-        return (int(slow), -priority, list(self.agents).index(name))
+        turn = 0.0
+        if self.config.time_limit_s is not None:
+            slow = isinstance(proposal, Proposal) and self._expensive(name, proposal)
+            turn = ready_at + (0.5 if slow else 0.0)
+        return (turn, -priority, list(self.agents).index(name))
 
     def _expensive(self, name: str, proposal: Proposal) -> bool:
         """Whether judging ``proposal`` is expected to take over ``EXPENSIVE_SHARE`` of the
