@@ -458,3 +458,19 @@ def test_finish_routes_each_dispatch_key_to_its_fastest_candidate() -> None:
     orch = SimpleNamespace(problem=SimpleNamespace(definition=d, workloads=wls))
     got = {u: rec.id for u, rec in _winners(orch, passes).items()}  # type: ignore[arg-type]
     assert got == {"a": "B", "b": "B", "c": "A"}
+
+
+def test_predicted_gain_of_routing_each_workload_to_its_winner(problem: Problem) -> None:
+    from kernelarc.orchestration.compose import predicted_gain
+
+    d, wls = problem.definition, problem.workloads
+    same = {"A": {w.uuid: 1.0 for w in wls}, "B": {w.uuid: 1.0 for w in wls}}
+    assert predicted_gain(d, wls, same) == pytest.approx(1.0)
+    halves = {
+        "A": {w.uuid: 1.0 if i % 2 else 4.0 for i, w in enumerate(wls)},
+        "B": {w.uuid: 4.0 if i % 2 else 1.0 for i, w in enumerate(wls)},
+    }
+    # the best single is 4x slower on half the workloads: sqrt(4)
+    assert predicted_gain(d, wls, halves) == pytest.approx(2.0)
+    partial = {"A": same["A"], "B": {wls[0].uuid: 0.1}}  # B missed workloads: not routed
+    assert predicted_gain(d, wls, partial) == pytest.approx(1.0)

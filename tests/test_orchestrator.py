@@ -234,21 +234,29 @@ def test_time_is_kept_for_the_composition_once_it_is_possible(
     guard: Guard, problem: Problem, tmp_path: Path
 ) -> None:
     """The reserve is the longest full evaluation among the full passes, from the second
-    on; the search's time left is the limit's less the reserve."""
+    on, when their per-workload winners would beat the best single one by over twice
+    ``min_gain``; the search's time left is the limit's less the reserve."""
     a = ScriptedAgent([], name="A")
     config = run_config(problem, ["A"], time_limit_s=100.0)
     store = SQLiteStore(tmp_path / "store.sqlite")
+    uuids = [w.uuid for w in problem.workloads]
     try:
         orch = Orchestrator(problem, [a], config, RunDir(tmp_path), store, guard, {})
         assert orch.reserve() == 0.0
         orch.full_s["c1"] = 30.0
+        orch.full_ms["c1"] = {u: 1.0 + (i % 2) for i, u in enumerate(uuids)}
         assert orch.reserve() == 0.0  # one full pass: nothing to compose yet
         orch.full_s["c2"] = 12.0
+        orch.full_ms["c2"] = {u: 2.0 - (i % 2) for i, u in enumerate(uuids)}  # the other half
         assert orch.reserve() == 30.0
+        orch.full_ms["c2"] = {u: v * 1.01 for u, v in orch.full_ms["c1"].items()}
+        assert orch.reserve() == 0.0  # c1 wins everywhere: nothing to compose
+        orch.full_ms["c2"] = {u: 2.0 - (i % 2) for i, u in enumerate(uuids)}
         assert orch.time_left_total() - orch._time_left() == pytest.approx(30.0, abs=0.5)
         off = config.model_copy(update={"compose": False})
         orch2 = Orchestrator(problem, [a], off, RunDir(tmp_path), store, guard, {})
         orch2.full_s.update(orch.full_s)
+        orch2.full_ms.update(orch.full_ms)
         assert orch2.reserve() == 0.0
     finally:
         store.close()
@@ -482,6 +490,22 @@ def test_reference_fallback_replaces_a_candidate_slower_than_eager(
     best = load_solution(run.run_dir / "best" / "solution.json")
     assert best.sources[0].content == problem.definition.reference
     assert run.summary["evaluated"] == 1 and run.summary["best"]["candidate_id"] == ref.id
+
+
+def test_no_fallback_when_the_chosen_solution_is_the_reference(
+    guard: Guard, problem: Problem, tmp_path: Path
+) -> None:
+    """Whatever it measures, the reference is not judged again to replace itself. (Without
+    the check this fails only when the reference, judged as a candidate, reads below 1x
+    over eager, the common case on a CPU; at or above 1x no fallback is tried anyway.)"""
+    from kernelarc.problem.reference import reference_solution
+
+    ref = reference_solution(problem.definition, agent="A", description="as a candidate")
+    a = ScriptedAgent([ref], name="A")
+    run = search(guard, problem, tmp_path, [a], budget=1, reference_fallback=True)
+    info = run.describe()
+    assert run.payloads("fallback") == [] and run.payloads("fallback_skipped") == [], info
+    assert run.payloads("best")[-1]["candidate"] == run.ids("A")[0], info
 
 
 def test_status_evaluated_counts_only_budgeted_candidates(compose_run: Search) -> None:

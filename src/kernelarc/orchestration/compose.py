@@ -37,6 +37,7 @@ call (not at import time) fails with ModuleNotFoundError, because its folder is 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 
@@ -135,6 +136,48 @@ def _workload_key(definition: Definition, workload: Workload, axes: list[str]) -
     except AxisError as e:
         raise CompositionError(f"workload {workload.uuid}: {e}") from e
     return tuple(env[a] for a in axes)
+
+
+def routes(
+    definition: Definition,
+    workloads: Sequence[Workload],
+    latencies: Mapping[str, Mapping[str, float]],
+) -> dict[str, str]:
+    """Per workload uuid, the candidate (a key of ``latencies``: candidate → workload uuid →
+    ms) a dispatcher should route it to: the workloads of one dispatch key all go to the
+    candidate with the lowest geomean latency over them (ties: the first in ``latencies``);
+    a key no candidate measured fully is left out."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for wl in workloads:
+        groups.setdefault(dispatch_key(definition, wl), []).append(wl.uuid)
+    out: dict[str, str] = {}
+    for uuids in groups.values():
+        timed = [c for c, lat in latencies.items() if all(lat.get(u) for u in uuids)]
+        if timed:
+            best = min(timed, key=lambda c: _geomean([latencies[c][u] for u in uuids]))
+            out.update({u: best for u in uuids})
+    return out
+
+
+def predicted_gain(
+    definition: Definition,
+    workloads: Sequence[Workload],
+    latencies: Mapping[str, Mapping[str, float]],
+) -> float:
+    """What a composition would gain over the best single candidate if dispatching cost
+    nothing: the geomean over workloads of the best single's latency over the routed one's
+    (1.0 when one candidate wins everywhere, or nothing was measured on every workload)."""
+    uuids = [w.uuid for w in workloads]
+    full = {c: lat for c, lat in latencies.items() if all(lat.get(u) for u in uuids)}
+    if len(full) < 2:
+        return 1.0
+    single = min(full, key=lambda c: _geomean([full[c][u] for u in uuids]))
+    routed = routes(definition, workloads, full)
+    return _geomean([full[single][u] / full[routed[u]][u] for u in uuids])
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 # ------------------------------------------------------------------------------ parts

@@ -82,6 +82,8 @@ class Orchestrator:
         """Per agent: the screening seconds of its latest candidate."""
         self.full_s: dict[str, float] = {}
         """Seconds of the full evaluation of each candidate that passed it (this process)."""
+        self.full_ms: dict[str, dict[str, float]] = {}
+        """Their full-protocol latencies: candidate → workload uuid → ms."""
         self.started = time.monotonic()
         self.interrupted = False
         self.on_event = on_event
@@ -200,10 +202,19 @@ class Orchestrator:
         return self.config.time_limit_s - (time.monotonic() - self.started)
 
     def reserve(self) -> float:
-        """Time kept for the final shape-gated composition once it is possible (two full
-        passes): the longest full evaluation among them, the likeliest cost of judging their
-        composition. Without a time limit or composition, nothing is kept."""
-        if self.config.time_limit_s is None or not self.config.compose or len(self.full_s) < 2:
+        """Time kept for the final shape-gated composition once it is worth judging (two
+        full passes whose per-workload winners would beat the best single one, see
+        ``finish.COMPOSE_MARGIN``): the longest full evaluation among them, the likeliest
+        cost of judging the composition. Without a time limit or composition, nothing."""
+        from kernelarc.orchestration.compose import predicted_gain
+        from kernelarc.orchestration.finish import COMPOSE_MARGIN
+
+        cfg = self.config
+        if cfg.time_limit_s is None or not cfg.compose or len(self.full_s) < 2:
+            return 0.0
+        p = self.problem
+        gain = predicted_gain(p.definition, p.workloads, self.full_ms)
+        if gain <= 1.0 + COMPOSE_MARGIN * cfg.min_gain:
             return 0.0
         return max(self.full_s.values())
 
@@ -307,6 +318,9 @@ class Orchestrator:
         final = stages[-1][2]
         if final.stage == "full" and final.passed:
             self.full_s[record.id] = stages[-1][1].wall_s
+            self.full_ms[record.id] = {
+                r.uuid: r.latency_ms for r in final.per_workload if r.latency_ms
+            }
         old = self.results.get(name, {}).get("full")
         improved = (
             final.stage == "full"
