@@ -240,17 +240,20 @@ def test_dispatch_routes_by_shape(
 def test_no_winners_routes_everything_to_default(
     problem: Problem, tmp_path: Path, restore_import_state: None
 ) -> None:
+    """Every part returns its outputs: so does the composed solution (no output copy)."""
     sol = compose(problem.definition, problem.workloads, {}, default=returning_solution())
     assert "(empty: every shape goes to impl_0)" in sol.sources[0].content
+    assert sol.spec.destination_passing_style is False
     art = choose_builder(sol).build(
         sol, work_dir=tmp_path / "w", cache_dir=tmp_path / "c", timeout=60
     )
     run = load_entry(art)
     x, w = torch.randn(2, 512).bfloat16(), torch.ones(512).bfloat16()
-    out = torch.empty(2, 512, dtype=torch.bfloat16)
-    run(x, w, out)
+    out = run(x, w)
     torch.testing.assert_close(out, _reference(x, w), atol=2e-2, rtol=2e-2)
     assert list(sys.modules[art.module_name]._LOADED) == [0]
+    with pytest.raises(TypeError, match="takes 2 arguments, got 3"):
+        run(x, w, torch.empty_like(x))
 
 
 # ---------------------------------------------------------------- axis_locator
