@@ -71,3 +71,28 @@ def test_slow_calls_are_shortened_to_the_time_budget() -> None:
         max_timed_ms=8.0,
     )
     assert res.calls == 2 + 10 and len(res.samples_ms) == 10  # MIN_ITERATIONS floor
+
+
+def test_keep_gets_every_result_after_its_measurement() -> None:
+    """``keep`` sees each call's result, in order, after the call was measured (the caller's
+    bookkeeping is not timed); ``before`` of the next call comes after it."""
+    order: list[tuple[str, int]] = []
+
+    def before(i: int) -> None:
+        order.append(("before", i))
+
+    def keep(i: int, ret: object) -> None:
+        assert ret == i * 10
+        order.append(("keep", i))
+
+    res = time_calls(
+        lambda i: i * 10,
+        before,
+        warmup=2,
+        iterations=3,
+        device=torch.device("cpu"),
+        use_cupti=False,
+        keep=keep,
+    )
+    assert res.calls == 5
+    assert order == [(k, i) for i in range(5) for k in ("before", "keep")]

@@ -126,8 +126,11 @@ def time_calls(
     min_timed_ms: float = 0.0,
     max_iterations: int = 0,
     max_timed_ms: float = 0.0,
+    keep: Callable[[int, Any], None] | None = None,
 ) -> TimingResult:
-    """Time ``call(i)`` for i in range(warmup + n); ``before(i)`` runs untimed first.
+    """Time ``call(i)`` for i in range(warmup + n); ``before(i)`` runs untimed first, and
+    ``keep(i, result)`` (if given) untimed after: the caller's bookkeeping stays out of the
+    timed region, which holds the call alone.
 
     ``n`` is ``iterations``, raised (up to ``max_iterations``) when the median of the warm-up
     calls says that ``iterations`` calls would measure less than ``min_timed_ms`` in all:
@@ -137,7 +140,7 @@ def time_calls(
     cuda = device.type == "cuda"
     method = "cupti" if (cuda and use_cupti) else ("cuda-events" if cuda else "cpu-clock")
     extend = _Extend(iterations, min_timed_ms, max_iterations, max_timed_ms)
-    loop = _Loop(call, before, device, Flusher(device))
+    loop = _Loop(call, before, device, Flusher(device), keep=keep)
     if method == "cupti":
         method = _run_cupti(loop, warmup, extend)
     else:
@@ -211,6 +214,7 @@ class _Loop:
     before: Callable[[int], None]
     device: Any
     flush: Flusher
+    keep: Callable[[int, Any], None] | None = None
     log: Any = None
     span: Any = None
     samples: list[float] = field(default_factory=list)
@@ -257,6 +261,8 @@ class _Loop:
             else:
                 ret = self.call(i)
                 ms = wall = (time.perf_counter_ns() - t0) / 1e6
+            if self.keep is not None:
+                self.keep(i, ret)
             del ret  # released after the measurement: freeing outputs is not the call's time
             if i >= warmup:
                 self.samples.append(ms)
