@@ -448,6 +448,17 @@ def _load(k):
     _LOADED[k] = module
     return module
 
+
+def _pick(args):
+    """The implementation serving this call's shape, and its entry function."""
+    if len(args) != _N_ARGS:
+        raise TypeError(f"composed solution: run takes {{_N_ARGS}} arguments, got {{len(args)}}")
+    k = _TABLE.get({key_expr}, _DEFAULT)
+    module = _LOADED.get(k)
+    if module is None:
+        module = _load(k)
+    return k, getattr(module, _IMPLS[k][2])
+
 '''
 
 _RUN_DPS = '''
@@ -472,15 +483,8 @@ def _store(k, result, outputs):
 
 def run(*args):
     """Arguments: {args}."""
-    if len(args) != _N_ARGS:
-        raise TypeError(f"composed solution: run takes {{_N_ARGS}} arguments, got {{len(args)}}")
-    k = _TABLE.get({key_expr}, _DEFAULT)
-    module = _LOADED.get(k)
-    if module is None:
-        module = _load(k)
-    _, _, symbol, dps = _IMPLS[k]
-    fn = getattr(module, symbol)
-    if dps:
+    k, fn = _pick(args)
+    if _IMPLS[k][3]:
         fn(*args)
     else:
         _store(k, fn(*args[:_N_INPUTS]), args[_N_INPUTS:])
@@ -490,11 +494,5 @@ _RUN_RETURNING = '''
 
 def run(*args):
     """Arguments: {args}; returns the outputs of the implementation that serves the shape."""
-    if len(args) != _N_ARGS:
-        raise TypeError(f"composed solution: run takes {{_N_ARGS}} arguments, got {{len(args)}}")
-    k = _TABLE.get({key_expr}, _DEFAULT)
-    module = _LOADED.get(k)
-    if module is None:
-        module = _load(k)
-    return getattr(module, _IMPLS[k][2])(*args)
+    return _pick(args)[1](*args)
 '''
