@@ -3,7 +3,7 @@
 A real ``Guard`` judges the orchestrator tests' RMSNorm variant of the bundled example
 through ``Judge``: with time left, the screening judges every screened workload and the
 full protocol follows; with none left, the evaluation stops after the first workload as
-"time limit reached" and no full protocol starts.
+"time limit reached" and no full protocol starts. Both stages share one candidate worker.
 
 Not covered: the orchestrator's wall clock itself (``test_orchestrator.py`` runs without
 a time limit; the limit's check between proposals is plain arithmetic).
@@ -43,6 +43,12 @@ def test_time_left_lets_both_stages_run(guard: Guard) -> None:
     j = judge_with(guard, 1e9)
     stages = j.judge("c1", "a", "s", "refine", rms("tl_ok"), [])
     assert [name for name, _, _ in stages] == ["screen", "full"]
+    # One candidate worker for both stages: the full stage neither builds, starts a process
+    # nor loads the solution again (its phases report only its own work).
+    screen, full = (ev.phases_s for _, ev, _ in stages)
+    assert {"build", "process_start", "load"} <= set(screen), screen
+    assert not {"build", "process_start", "load"} & set(full), full
+    assert full.get("correctness", 0) > 0 and full.get("timing", 0) > 0, full
     screen = stages[0][2]
     assert screen.passed and screen.stopped_early is None
     assert len(screen.per_workload) == len(j.screen_set) > 1
@@ -58,3 +64,12 @@ def test_no_time_left_stops_after_one_workload_and_skips_the_full_protocol(
     assert screen.stopped_early == TIME_LIMIT
     assert not screen.passed
     assert len(screen.per_workload) == 1 and screen.per_workload[0].status == "PASSED"
+
+
+def test_a_held_session_judges_only_its_own_solution(guard: Guard) -> None:
+    session = guard.open_session(rms("held_a"))
+    try:
+        with pytest.raises(ValueError, match="another solution"):
+            guard.evaluate(rms("held_b"), session=session)
+    finally:
+        session.close()

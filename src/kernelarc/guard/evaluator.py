@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,6 +40,9 @@ from kernelarc.guard.noise import Decision
 from kernelarc.guard.verdict import Verdict, WorkloadOutcome, make_trace
 from kernelarc.problem.loader import Problem
 from kernelarc.problem.schema import Solution, Trace, Workload
+
+if TYPE_CHECKING:
+    from kernelarc.guard.session import CandidateSession
 
 
 class GuardConfig(BaseModel):
@@ -268,13 +271,20 @@ class Guard:
         warmup: int | None = None,
         iterations: int | None = None,
         stop: Callable[[WorkloadOutcome], str | None] | None = None,
+        session: CandidateSession | None = None,
     ) -> EvalResult:
         """Judge ``solution`` on ``workloads`` (all by default). ``rounds``/``warmup``/
         ``iterations`` override the configuration for this call (the search's screening
         stage; an ``iterations`` override also turns off the extension for tiny kernels).
         ``stop(outcome)`` is asked after each workload; a non-None answer (the reason) ends
-        the evaluation early: the remaining workloads are not judged."""
-        from kernelarc.guard.session import CandidateSession
+        the evaluation early: the remaining workloads are not judged.
+
+        ``session`` (from :meth:`open_session` for the same solution) keeps the candidate's
+        worker between calls, e.g. the search's screening and full stages: the solution is
+        not built, loaded or compiled again (torch.compile candidates compiled per shape).
+        Its worker is still replaced after any failure; the caller closes it. Without one,
+        each call has a worker of its own."""
+        from kernelarc.guard.session import CandidateSession as Session
 
         t0 = time.monotonic()
         chosen = list(workloads) if workloads is not None else list(self.problem.workloads)
@@ -288,7 +298,14 @@ class Guard:
         cfg = self.config.model_copy(update=update) if update else self.config
         self.reference()  # set up first: a reference that does not load is the user's error,
         # and every trace (even a COMPILE_ERROR one) then names the real hardware
-        session = CandidateSession(self, solution, cfg)
+        held = session is not None
+        if session is None:
+            session = Session(self, solution, cfg)
+        elif session.solution.content_hash() != solution.content_hash():
+            raise ValueError("evaluate(session=...): the session is for another solution")
+        else:
+            session.cfg = cfg
+        before = session.reported  # a held session's phases of earlier calls (build first)
         outcomes: list[WorkloadOutcome] = []
         stopped: str | None = None
         try:
@@ -298,7 +315,8 @@ class Guard:
                 if stopped:
                     break
         finally:
-            session.close()
+            if not held:
+                session.close()
         env = self.environment()
         emulated = self._emulated_note()
         for o in outcomes:
@@ -309,6 +327,7 @@ class Guard:
             )
             for o in outcomes
         ]
+        session.reported = dict(session.phases)
         if self.config.warm_spare:
             self.prepare_spare()
         return EvalResult(
@@ -317,8 +336,19 @@ class Guard:
             traces=traces,
             outcomes=outcomes,
             wall_s=time.monotonic() - t0,
-            phases_s=session.phases,
+            phases_s={
+                k: v - before.get(k, 0.0)
+                for k, v in session.phases.items()
+                if v - before.get(k, 0.0) > 0
+            },
         )
+
+    def open_session(self, solution: Solution) -> CandidateSession:
+        """A candidate session to pass to several :meth:`evaluate` calls of ``solution``
+        (built now; its worker starts on first use). Close it (``.close()``) when done."""
+        from kernelarc.guard.session import CandidateSession as Session
+
+        return Session(self, solution)
 
     def compare(
         self,

@@ -61,6 +61,9 @@ class CandidateSession:
         self.guard, self.solution = guard, solution
         self.cfg = config or guard.config
         self.phases: dict[str, float] = {}
+        self.reported: dict[str, float] = {}
+        """The phases as already reported by earlier ``Guard.evaluate`` calls of a held
+        session (each call reports its own share)."""
         self.worker: WorkerProcess | None = None
         self.fatal: Verdict | None = None  # decided for every workload (build/import)
         self.artifact: dict[str, Any] | None = None

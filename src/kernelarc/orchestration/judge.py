@@ -14,8 +14,11 @@ Every new candidate gets the same two stages:
    one screened workload (slower overall, it can still win those shapes in the final
    shape-gated composition, which uses full results only).
 
-A duplicate (same content hash as a judged candidate) gets the cached verdict and costs no
-budget. The final solution always gets the full protocol on every workload.
+Both stages of one candidate run in the same candidate worker (``Guard.open_session``): the
+full stage does not build, load or compile the solution again (a torch.compile candidate's
+screened shapes, and its dynamic-shape graph once compiled, are reused). A duplicate (same
+content hash as a judged candidate) gets the cached verdict and costs no budget. The final
+solution always gets the full protocol on every workload.
 
 Under a time limit (``time_left``), an evaluation in progress when it runs out stops after
 the workload being judged ("time limit reached": the candidate does not pass that stage) and
@@ -27,13 +30,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelarc.agents.types import CandidateResult, Mode, WorkloadResult
 from kernelarc.guard.evaluator import EvalResult, Guard
 from kernelarc.guard.verdict import WorkloadOutcome
 from kernelarc.orchestration.config import RunConfig, StageConfig
 from kernelarc.problem.schema import Solution, Workload
+
+if TYPE_CHECKING:
+    from kernelarc.guard.session import CandidateSession
 
 
 def screening_set(workloads: Sequence[Workload], sizes: Sequence[int], k: int) -> list[Workload]:
@@ -144,6 +150,7 @@ class Judge:
         workloads: list[Workload],
         stage: StageConfig,
         best_first: float | None,
+        session: CandidateSession,
     ) -> EvalResult:
         factor = self.config.hopeless_factor
 
@@ -172,6 +179,7 @@ class Judge:
             warmup=stage.warmup,
             iterations=stage.iterations,
             stop=stop,
+            session=session,
         )
 
     def judge(
@@ -194,7 +202,33 @@ class Judge:
             ),
             default=None,
         )
-        res = self._run(solution, self.screen_set, self.config.screen, best_first)
+        session = self.guard.open_session(solution)  # one worker for both stages
+        try:
+            return self._stages(
+                candidate_id,
+                agent,
+                strategy,
+                mode,
+                solution,
+                best_first,
+                session,
+                incumbents_screen,
+            )
+        finally:
+            session.close()
+
+    def _stages(
+        self,
+        candidate_id: str,
+        agent: str,
+        strategy: str,
+        mode: Mode,
+        solution: Solution,
+        best_first: float | None,
+        session: CandidateSession,
+        incumbents_screen: Sequence[Sequence[WorkloadResult]],
+    ) -> list[tuple[str, EvalResult, CandidateResult]]:
+        res = self._run(solution, self.screen_set, self.config.screen, best_first, session)
         per = results_of(res.outcomes, self.bounds)
         screened = self._result(
             candidate_id, agent, strategy, mode, "screen", per, res.stopped_early
@@ -206,7 +240,7 @@ class Judge:
             and len(per) == len(self.screen_set)
             and self._promising(screened, incumbents_screen)
         ):
-            full = self._run(solution, self.all, self.config.full, None)
+            full = self._run(solution, self.all, self.config.full, None, session)
             per_full = results_of(full.outcomes, self.bounds)
             stages.append(
                 (
