@@ -233,8 +233,8 @@ def test_under_a_time_limit_cheap_proposals_go_before_run_time_compiles(
 def test_time_is_kept_for_the_composition_once_it_is_possible(
     guard: Guard, problem: Problem, tmp_path: Path
 ) -> None:
-    """The reserve is the longest full evaluation among the full passes, from the second
-    on, when their per-workload winners would beat the best single one by over twice
+    """The reserve is the longest judgement (screening + full stage) among the full passes,
+    from the second on, when their per-workload winners would beat the best single one by over twice
     ``min_gain``; the search's time left is the limit's less the reserve."""
     a = ScriptedAgent([], name="A")
     config = run_config(problem, ["A"], time_limit_s=100.0)
@@ -247,12 +247,13 @@ def test_time_is_kept_for_the_composition_once_it_is_possible(
         orch.full_ms["c1"] = {u: 1.0 + (i % 2) for i, u in enumerate(uuids)}
         assert orch.reserve() == 0.0  # one full pass: nothing to compose yet
         orch.full_s["c2"] = 12.0
+        orch.screen_cost.update({"c1": 5.0, "c2": 30.0})  # reserve: max(30 + 5, 12 + 30)
         orch.full_ms["c2"] = {u: 2.0 - (i % 2) for i, u in enumerate(uuids)}  # the other half
-        assert orch.reserve() == 30.0
+        assert orch.reserve() == 42.0
         orch.full_ms["c2"] = {u: v * 1.01 for u, v in orch.full_ms["c1"].items()}
         assert orch.reserve() == 0.0  # c1 wins everywhere: nothing to compose
         orch.full_ms["c2"] = {u: 2.0 - (i % 2) for i, u in enumerate(uuids)}
-        assert orch.time_left_total() - orch._time_left() == pytest.approx(30.0, abs=0.5)
+        assert orch.time_left_total() - orch._time_left() == pytest.approx(42.0, abs=0.5)
         off = config.model_copy(update={"compose": False})
         orch2 = Orchestrator(problem, [a], off, RunDir(tmp_path), store, guard, {})
         orch2.full_s.update(orch.full_s)

@@ -204,8 +204,9 @@ class Orchestrator:
     def reserve(self) -> float:
         """Time kept for the final shape-gated composition once it is worth judging (two
         full passes whose per-workload winners would beat the best single one, see
-        ``finish.COMPOSE_MARGIN``): the longest full evaluation among them, the likeliest
-        cost of judging the composition. Without a time limit or composition, nothing."""
+        ``finish.COMPOSE_MARGIN``): the longest judgement (screening and full stage) among
+        them, the likeliest cost of judging the composition. Without a time limit or
+        composition, nothing."""
         from kernelarc.orchestration.compose import predicted_gain
         from kernelarc.orchestration.finish import COMPOSE_MARGIN
 
@@ -216,7 +217,9 @@ class Orchestrator:
         gain = predicted_gain(p.definition, p.workloads, self.full_ms)
         if gain <= 1.0 + COMPOSE_MARGIN * cfg.min_gain:
             return 0.0
-        return max(self.full_s.values())
+        # A part's screening and full stage together: the composition is judged in a new
+        # worker, where a compiled part compiles again (its stages shared one worker).
+        return max(t + self.screen_cost.get(c, 0.0) for c, t in self.full_s.items())
 
     # ------------------------------------------------------------------ ask
     def _context(self, name: str) -> AgentContext:
