@@ -28,6 +28,7 @@ judgement, not by a whole candidate's (a workload in progress is not interrupted
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -202,56 +203,38 @@ class Judge:
             ),
             default=None,
         )
-        session = self.guard.open_session(solution)  # one worker for both stages
-        try:
-            return self._stages(
-                candidate_id,
-                agent,
-                strategy,
-                mode,
-                solution,
-                best_first,
-                session,
-                incumbents_screen,
+        # One candidate worker for both stages (closed whatever happens).
+        with contextlib.closing(self.guard.open_session(solution)) as session:
+            res = self._run(solution, self.screen_set, self.config.screen, best_first, session)
+            per = results_of(res.outcomes, self.bounds)
+            screened = self._result(
+                candidate_id, agent, strategy, mode, "screen", per, res.stopped_early
             )
-        finally:
-            session.close()
-
-    def _stages(
-        self,
-        candidate_id: str,
-        agent: str,
-        strategy: str,
-        mode: Mode,
-        solution: Solution,
-        best_first: float | None,
-        session: CandidateSession,
-        incumbents_screen: Sequence[Sequence[WorkloadResult]],
-    ) -> list[tuple[str, EvalResult, CandidateResult]]:
-        res = self._run(solution, self.screen_set, self.config.screen, best_first, session)
-        per = results_of(res.outcomes, self.bounds)
-        screened = self._result(
-            candidate_id, agent, strategy, mode, "screen", per, res.stopped_early
-        )
-        stages = [("screen", res, screened)]
-        if (
-            screened.passed
-            and not self.out_of_time()
-            and len(per) == len(self.screen_set)
-            and self._promising(screened, incumbents_screen)
-        ):
-            full = self._run(solution, self.all, self.config.full, None, session)
-            per_full = results_of(full.outcomes, self.bounds)
-            stages.append(
-                (
-                    "full",
-                    full,
-                    self._result(
-                        candidate_id, agent, strategy, mode, "full", per_full, full.stopped_early
-                    ),
+            stages = [("screen", res, screened)]
+            if (
+                screened.passed
+                and not self.out_of_time()
+                and len(per) == len(self.screen_set)
+                and self._promising(screened, incumbents_screen)
+            ):
+                full = self._run(solution, self.all, self.config.full, None, session)
+                per_full = results_of(full.outcomes, self.bounds)
+                stages.append(
+                    (
+                        "full",
+                        full,
+                        self._result(
+                            candidate_id,
+                            agent,
+                            strategy,
+                            mode,
+                            "full",
+                            per_full,
+                            full.stopped_early,
+                        ),
+                    )
                 )
-            )
-        return stages
+            return stages
 
     def out_of_time(self) -> bool:
         return self.time_left is not None and self.time_left() <= 0
