@@ -59,6 +59,7 @@ from kernelarc.agents.memory import code_marker
 from kernelarc.agents.types import AgentContext, BoardSnapshot, Proposal
 from kernelarc.guard.evaluator import Guard
 from kernelarc.orchestration.finish import COMPOSER, FALLBACK
+from kernelarc.orchestration.judge import TIME_LIMIT
 from kernelarc.orchestration.orchestrator import Orchestrator
 from kernelarc.orchestration.rundir import RunDir
 from kernelarc.problem.loader import Problem, load_problem, load_solution
@@ -263,6 +264,31 @@ def test_time_is_kept_for_the_composition_once_it_is_possible(
         store.close()
 
 
+@pytest.mark.parametrize("case", ["fails", "out of time"])
+def test_a_finishers_judgement_stops_early(
+    guard: Guard, problem: Problem, tmp_path: Path, case: str
+) -> None:
+    """A finisher's candidate (composition, fallback) stops at its first failing workload,
+    and after the first workload once the run's time limit has passed."""
+    from kernelarc.orchestration.finish import _judge_final
+
+    fail = case == "fails"
+    config = run_config(problem, ["A"], time_limit_s=None if fail else 0.001)
+    store = SQLiteStore(tmp_path / "store.sqlite")
+    try:
+        orch = Orchestrator(problem, [], config, RunDir(tmp_path), store, guard, {})
+        solution = rms(f"fin_{fail}", fail=fail)
+        _, ev = _judge_final(
+            orch, solution, agent=COMPOSER, strategy="s", parent="p", hypothesis=""
+        )
+    finally:
+        store.close()
+    assert len(ev.result.per_workload) == 1 and not ev.result.passed, ev.result
+    assert ev.result.score is None
+    stopped = ev.result.stopped_early or ""
+    assert stopped.startswith("RUNTIME_ERROR on workload") if fail else stopped == TIME_LIMIT
+
+
 # ---------------------------------------------------------------- 2. dedup
 
 
@@ -445,6 +471,7 @@ def test_composition_of_shape_winners_is_kept_as_best(compose_run: Search) -> No
             "candidate": composer.id,
             "passed": True,
             "score": full[composer.id].score,
+            "stopped": None,
             "kept": True,
             "parts": sorted([a_id, b_id]),
         }
@@ -481,6 +508,7 @@ def test_reference_fallback_replaces_a_candidate_slower_than_eager(
         "candidate": ref.id,
         "passed": True,
         "score": fallback["score"],
+        "stopped": None,
         "instead_of": slow,
         "kept": True,
     }, info

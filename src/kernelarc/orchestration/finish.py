@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kernelarc.agents.types import CandidateResult
-from kernelarc.orchestration.judge import results_of, score_of, significant
+from kernelarc.guard.verdict import WorkloadOutcome
+from kernelarc.orchestration.judge import TIME_LIMIT, results_of, score_of, significant
 from kernelarc.problem.schema import Solution
 from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store
 
@@ -121,6 +122,7 @@ def _compose(
             "candidate": record.id,
             "passed": result.passed,
             "score": result.score,
+            "stopped": result.stopped_early,
             "kept": better,
             "parts": sorted({rec.id for rec in winners.values()}),
         },
@@ -184,6 +186,7 @@ def _fallback(
             "candidate": ref_rec.id,
             "passed": ref_ev.result.passed,
             "score": ref_ev.result.score,
+            "stopped": ref_ev.result.stopped_early,
             "instead_of": rec.id,
             "kept": kept,
         },
@@ -200,12 +203,23 @@ def _judge_final(
     parent: str,
     hypothesis: str,
 ) -> tuple[CandidateRecord, EvaluationRecord]:
-    """Judge a finisher's candidate with the full protocol on every workload and record it."""
+    """Judge a finisher's candidate with the full protocol on every workload and record it.
+    It stops at its first failing workload (it cannot be kept), and, under a time limit,
+    after the workload in progress when the limit is reached (as the search's judgements
+    do: a run overshoots its limit by at most one workload's judgement)."""
     full = orch.config.full
+    timed = orch.config.time_limit_s is not None
+
+    def stop(o: WorkloadOutcome) -> str | None:
+        if o.status.value != "PASSED":
+            return f"{o.status.value} on workload {o.workload.uuid}"
+        return TIME_LIMIT if timed and orch.time_left_total() <= 0 else None
+
     res = orch.guard.evaluate(
-        solution, rounds=full.rounds, warmup=full.warmup, iterations=full.iterations
+        solution, rounds=full.rounds, warmup=full.warmup, iterations=full.iterations, stop=stop
     )
     per = results_of(res.outcomes, orch.bounds)
+    passed = res.stopped_early is None and bool(per) and all(r.status == "PASSED" for r in per)
     record = orch.store.add_candidate(
         CandidateRecord(
             id=f"c{len(orch.store.candidates()) + 1:04d}-{agent}",
@@ -226,8 +240,9 @@ def _judge_final(
         mode="draft",
         stage="full",
         per_workload=per,
-        passed=all(r.status == "PASSED" for r in per) and bool(per),
-        score=score_of(per),
+        passed=passed,
+        score=score_of(per) if passed else None,
+        stopped_early=res.stopped_early,
     )
     ev = orch.store.add_evaluation(
         EvaluationRecord(candidate_id=record.id, stage="full", traces=res.traces, result=result)
