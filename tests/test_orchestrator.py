@@ -519,6 +519,7 @@ def test_reference_fallback_replaces_a_candidate_slower_than_eager(
     best = load_solution(run.run_dir / "best" / "solution.json")
     assert best.sources[0].content == problem.definition.reference
     assert run.summary["evaluated"] == 1 and run.summary["best"]["candidate_id"] == ref.id
+    assert run.summary["fallback"] == [ref.id] and run.summary["composed"] == []
 
 
 def test_no_fallback_when_the_chosen_solution_is_the_reference(
@@ -734,6 +735,7 @@ def test_optimize_cli_with_builtin_agents(tmp_path: Path) -> None:
     fallback = [c for c in status["candidate_ids"] if c.endswith(f"-{FALLBACK}")]
     assert status["evaluated"] == 3, status
     assert status["composed"] == composed, status
+    assert status["fallback"] == fallback, status
     assert len(status["candidate_ids"]) - len(composed) - len(fallback) == 3, status
     assert [a["name"] for a in status["agents"]] == ["reference", "compiler"], status
     assert sum(a["candidates"] for a in status["agents"]) == 3, status

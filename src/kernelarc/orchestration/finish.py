@@ -297,6 +297,7 @@ def run_status(store: Store, run_dir: Path) -> dict[str, Any]:
         "conclusions": len(conclusions),
         "candidate_ids": [c.id for c in cands],
         "composed": sorted(composed),
+        "fallback": sorted(c.id for c in cands if c.agent == FALLBACK),
         "best": best,
         "stopped": (
             store.events("search_stopped")[-1].payload.get("reason")
