@@ -538,6 +538,28 @@ def test_no_fallback_when_the_chosen_solution_is_the_reference(
     assert run.payloads("best")[-1]["candidate"] == run.ids("A")[0], info
 
 
+def test_a_resumed_finish_composes_the_agents_candidates_afresh(
+    guard: Guard, problem: Problem, tmp_path: Path
+) -> None:
+    """Finishing again (a resumed run whose budget is spent) composes the agents' full
+    passes, never the earlier composition."""
+
+    def agents() -> list[ScriptedAgent]:
+        b = ScriptedAgent([rms("rb", slow="b < 64", sleep_s=0.005)], name="B", strategy="beta")
+        a = ScriptedAgent(
+            [after(b, 1, rms("ra", slow="b >= 64", sleep_s=0.1))], name="A", strategy="alpha"
+        )
+        return [a, b]
+
+    first = search(guard, problem, tmp_path, agents(), budget=2)
+    [composed] = first.payloads("composition")
+    again = search(guard, problem, tmp_path, agents(), budget=2)
+    info = again.describe()
+    compositions = again.payloads("composition")
+    assert len(compositions) == 2, info
+    assert compositions[1]["parts"] == composed["parts"] == sorted(first.ids("A") + first.ids("B"))
+
+
 def test_status_evaluated_counts_only_budgeted_candidates(compose_run: Search) -> None:
     assert compose_run.summary["evaluated"] == compose_run.summary["budget"] == 2
 

@@ -36,8 +36,12 @@ FINISHERS = frozenset({COMPOSER, FALLBACK})
 
 
 def _full_passes(store: Store) -> list[tuple[CandidateRecord, EvaluationRecord]]:
+    """The agents' candidates that passed the full protocol. A resumed run's earlier
+    finishers are not among them: each finish composes (and falls back) afresh."""
     out = []
     for rec in store.candidates():
+        if rec.agent in FINISHERS:
+            continue
         for ev in store.evaluations(rec.id):
             if ev.stage == "full" and ev.result.passed and ev.result.score:
                 out.append((rec, ev))
