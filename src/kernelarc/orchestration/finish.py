@@ -62,15 +62,20 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
         composed = _compose(orch, passes, best_rec, best_ev)
         if composed is not None:
             chosen = composed
-    if (
-        cfg.reference_fallback
-        and (chosen[1].result.score or 0.0) < 1.0
-        and not _is_reference(orch, chosen[0])
-    ):
-        if orch.time_left_total() <= 0:
+    if cfg.reference_fallback and (chosen[1].result.score or 0.0) < 1.0:
+        from kernelarc.problem.reference import reference_solution
+
+        reference = reference_solution(
+            orch.problem.definition,
+            agent=FALLBACK,
+            description="The problem's reference, unchanged: no candidate of the run beat it.",
+        )
+        if chosen[0].content_hash == reference.content_hash():
+            pass  # the chosen solution is the reference itself
+        elif orch.time_left_total() <= 0:
             orch.event("fallback_skipped", {"why": "time limit reached"})
         else:
-            chosen = _fallback(orch, *chosen)
+            chosen = _fallback(orch, reference, *chosen)
     rec, ev = chosen
     path = orch.dir.write_best(rec.solution, ev.traces)
     orch.event("best", {"candidate": rec.id, "score": ev.result.score, "path": str(path)})
@@ -155,27 +160,13 @@ def full_latencies(
     }
 
 
-def _is_reference(orch: Orchestrator, rec: CandidateRecord) -> bool:
-    from kernelarc.problem.reference import reference_solution
-
-    ref = reference_solution(orch.problem.definition, agent=FALLBACK, description="")
-    return rec.content_hash == ref.content_hash()
-
-
 def _fallback(
-    orch: Orchestrator, rec: CandidateRecord, ev: EvaluationRecord
+    orch: Orchestrator, reference: Solution, rec: CandidateRecord, ev: EvaluationRecord
 ) -> tuple[CandidateRecord, EvaluationRecord]:
     """The reference judged in full; returned instead of ``rec`` when significantly faster."""
-    from kernelarc.problem.reference import reference_solution
-
-    solution = reference_solution(
-        orch.problem.definition,
-        agent=FALLBACK,
-        description="The problem's reference, unchanged: no candidate of the run beat it.",
-    )
     ref_rec, ref_ev = _judge_final(
         orch,
-        solution,
+        reference,
         agent=FALLBACK,
         strategy="reference",
         parent=rec.id,
