@@ -200,15 +200,20 @@ def test_proposal_priority_orders_proposals_ready_together(
     assert run.judged() == [c.id for c in run.candidates], info
 
 
-@pytest.mark.parametrize("time_limit", [None, 3600.0])
+@pytest.mark.parametrize("case", ["no limit", "limit", "limit, deferral spent"])
 def test_under_a_time_limit_cheap_proposals_go_before_run_time_compiles(
-    guard: Guard, problem: Problem, tmp_path: Path, time_limit: float | None
+    guard: Guard, problem: Problem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
     """A (class priority 10) and B (0) return together; A's solution mentions torch.compile,
     so with no judging cost observed yet it is expected to compile per workload shape. With
-    no time limit, priority decides (A first); under one, the cheap B goes first, but B's
-    next proposal (ready only after that) waits for A: expensive proposals are deferred, not
-    starved."""
+    no time limit, priority decides (A first). Under one, the cheap B goes first, and B's
+    next proposal (ready only after that) too while A's deferral lasts (a quarter of the
+    limit: 900 s here); once the judging since A became ready has taken that share, A goes
+    before B's second (deferred, not starved: A has had no turn yet)."""
+    from kernelarc.orchestration import orchestrator
+
+    if case == "limit, deferral spent":
+        monkeypatch.setattr(orchestrator, "DEFER_SHARE", 1e-9)
     gate = threading.Barrier(2, timeout=WAIT_S)
 
     class Ranked(ScriptedAgent):
@@ -226,9 +231,37 @@ def test_under_a_time_limit_cheap_proposals_go_before_run_time_compiles(
     assert compiled.compiles_at_run_time() and not rms("x").compiles_at_run_time()
     a = Ranked([together(compiled)], name="A")
     b = ScriptedAgent([together(rms("tb", fail=True)), rms("tb2", fail=True)], name="B")
-    run = search(guard, problem, tmp_path, [a, b], budget=3, time_limit_s=time_limit)
+    limit = None if case == "no limit" else 3600.0
+    run = search(guard, problem, tmp_path, [a, b], budget=3, time_limit_s=limit)
     order = [c.agent for c in run.candidates]
-    assert order == (["A", "B", "B"] if time_limit is None else ["B", "A", "B"]), run.describe()
+    expected = {"no limit": "ABB", "limit": "BBA", "limit, deferral spent": "BAB"}[case]
+    assert order == list(expected), run.describe()
+
+
+@pytest.mark.parametrize("time_limit", [None, 3600.0])
+def test_under_a_time_limit_agents_take_turns(
+    guard: Guard, problem: Problem, tmp_path: Path, time_limit: float | None
+) -> None:
+    """A (class priority 10) proposes again at once after its first verdict; B's (0) first
+    proposal was ready all along. Without a time limit priority decides (A, A, B); under
+    one, agents take turns: B's first candidate is judged before A's second."""
+    gate = threading.Barrier(2, timeout=WAIT_S)
+
+    class Ranked(ScriptedAgent):
+        priority = 10
+
+    def together(solution: Solution) -> Callable[[AgentContext], Proposal]:
+        def step(context: AgentContext) -> Proposal:
+            gate.wait()
+            return Proposal(solution=solution, hypothesis=solution.name)
+
+        return step
+
+    a = Ranked([together(rms("ta1", fail=True)), rms("ta2", fail=True)], name="A")
+    b = ScriptedAgent([together(rms("tb1", fail=True))], name="B")
+    run = search(guard, problem, tmp_path, [a, b], budget=3, time_limit_s=time_limit)
+    order = "".join(c.agent for c in run.candidates)
+    assert order == ("AAB" if time_limit is None else "ABA"), run.describe()
 
 
 def test_time_is_kept_for_the_composition_once_it_is_possible(

@@ -40,6 +40,7 @@ from kernelarc.agents.types import (
     CandidateResult,
     Conclusion,
     IncumbentView,
+    WorkloadResult,
 )
 from kernelarc.examples import example_dir
 from kernelarc.guard.build import choose_builder, load_entry
@@ -50,9 +51,11 @@ from kernelarc.problem.schema import Solution
 from kernelarc.proposers.builtin import CompilerAgent, make_solution
 from kernelarc.proposers.cudagraph import CudaGraphAgent, graph_solution
 from kernelarc.proposers.precision import (
-    TF32_PRIORITY,
+    LEAD_PRIORITY,
+    LOOSE_RTOL,
     PrecisionAgent,
     policy_named,
+    policy_order,
     policy_solution,
 )
 from kernelarc.proposers.wrap import WrapError, why_not_wrappable, wrap_solution
@@ -345,12 +348,50 @@ def test_precision_proposes_where_it_can_matter(rms: Problem, gemm: Problem) -> 
         ("bf16-autocast", "c7"),
         ("bf16-autocast", None),
     ]
-    # TF32 candidates are judged before the compiler's when ready together; others by class.
-    assert [p.priority for p in cuda] == [TF32_PRIORITY] * 2 + [None] * 4
-    assert TF32_PRIORITY > CompilerAgent.priority
+    # The leading policy is judged before the compiler's when ready together; others by class.
+    assert [p.priority for p in cuda] == [LEAD_PRIORITY] * 2 + [None] * 4
+    assert LEAD_PRIORITY > CompilerAgent.priority
     ref_on_board = _board(_view("reference", "r1", 1.0, _reference(gemm)))
     deduped = _proposals(PrecisionAgent(), gemm, board=ref_on_board)
     assert len(deduped) == 2, "the reference on the board is not wrapped twice"
+
+
+def test_precision_goes_lowest_first_where_every_tolerance_admits_bf16(gemm: Problem) -> None:
+    """On CUDA, with every workload's max_rtol >= LOOSE_RTOL, bf16 autocast comes first (the
+    leading priority); a tolerance miss on the reference steps up one level at a time. With
+    one tight workload, or on a CPU, the order stays most precise first."""
+    loose = tuple(w.tolerance.model_copy(update={"max_rtol": LOOSE_RTOL}) for w in gemm.workloads)
+    tight = (loose[0].model_copy(update={"max_rtol": 1e-3}), *loose[1:])
+    assert [p.name for p in policy_order("cuda:0", loose)] == [
+        "bf16-autocast",
+        "bf16-matmul",
+        "tf32",
+    ]
+    assert [p.name for p in policy_order("cuda", tight)][0] == "tf32"
+    assert [p.name for p in policy_order("cpu", loose)] == ["bf16-matmul", "bf16-autocast"]
+    agent = PrecisionAgent()
+    first = agent.propose(agent_context(gemm, device="cuda", board=None, tolerances=loose))
+    assert first is not None and first.tags[1:] == ("bf16-autocast", "reference")
+    assert first.priority == LEAD_PRIORITY
+    missed = [
+        WorkloadResult(uuid=w.uuid, axes=dict(w.axes), status="INCORRECT_NUMERICAL")
+        for w in gemm.workloads
+    ]
+    agent.observe(
+        CandidateResult(
+            candidate_id="c1",
+            agent=agent.name,
+            strategy="precision",
+            mode="refine",
+            stage="screen",
+            per_workload=tuple(missed),
+            passed=False,
+            score=None,
+        )
+    )
+    rest = _proposals(agent, gemm, device="cuda", board=None, tolerances=loose)
+    assert [p.tags[1] for p in rest] == ["bf16-matmul", "tf32"]
+    assert [p.priority for p in rest] == [None, None]
 
 
 @pytest.fixture(scope="module")

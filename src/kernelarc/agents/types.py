@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kernelarc.problem.schema import Definition, Solution
+from kernelarc.problem.schema import Definition, Solution, Tolerance
 
 Mode = Literal["refine", "draft"]
 Outcome = Literal["improved", "no_gain", "regressed", "failed"]
@@ -131,6 +131,9 @@ class AgentContext(_Frozen):
     scalars: tuple[dict[str, bool | int | float], ...] = ()
     """The scalar inputs' values of every workload (same order as ``workloads``; empty when
     the caller does not give them)."""
+    tolerances: tuple[Tolerance, ...] = ()
+    """Every workload's tolerance (same order as ``workloads``; empty when the caller does
+    not give them)."""
     incumbent: IncumbentView | None = None
     incumbent_results: tuple[WorkloadResult, ...] = ()
     feedback: str = ""
@@ -143,10 +146,15 @@ class AgentContext(_Frozen):
     seed: int = 0
 
     @model_validator(mode="after")
-    def _one_scalar_set_per_workload(self) -> AgentContext:
+    def _one_per_workload(self) -> AgentContext:
         if self.scalars and len(self.scalars) != len(self.workloads):
             raise ValueError(
                 f"scalars: {len(self.scalars)} sets for {len(self.workloads)} workloads "
+                "(give one per workload, or none)"
+            )
+        if self.tolerances and len(self.tolerances) != len(self.workloads):
+            raise ValueError(
+                f"tolerances: {len(self.tolerances)} for {len(self.workloads)} workloads "
                 "(give one per workload, or none)"
             )
         return self

@@ -35,7 +35,10 @@ from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store, Store
 MAX_PROPOSE_ERRORS = 3
 EXPENSIVE_SHARE = 1 / 16
 """A proposal whose judgement is expected to take over this share of the time limit is
-judged after the cheaper ones ready with it (15 s of a 240 s limit)."""
+*expensive* (15 s of a 240 s limit): it yields to cheap proposals for a while."""
+DEFER_SHARE = 1 / 4
+"""How long an expensive proposal yields: until the judging done since it became ready has
+taken this share of the time limit (60 s of 240 s), or no cheap proposal is ready."""
 ORCHESTRATOR = "__orchestrator__"
 """The store key of the orchestrator's own state (plateau counters)."""
 
@@ -74,8 +77,9 @@ class Orchestrator:
         saw; asked again once the board has changed."""
         self.asked: dict[str, int] = {}
         self.errors: dict[str, int] = {n: 0 for n in self.agents}
-        self.told = 0
-        """Ready proposals told so far in this process (their judging order, see ``_order``)."""
+        self.told_s = 0.0
+        """Seconds spent telling (judging) ready proposals so far in this process; a ready
+        proposal's wait is measured on this clock (see ``_order``)."""
         self.screen_cost: dict[str, float] = {}
         """Seconds the screening of each candidate judged in this process took."""
         self.agent_cost: dict[str, float] = {}
@@ -103,7 +107,7 @@ class Orchestrator:
 
         self._restore()
         inflight: dict[Future[Any], str] = {}
-        ready_at: dict[Future[Any], int] = {}  # proposals told before each was first ready
+        ready_at: dict[Future[Any], float] = {}  # ``told_s`` when each was first seen ready
         try:
             while self._budget_left() > 0 and self._time_left() > 0:
                 for name in self._idle(inflight):
@@ -119,11 +123,12 @@ class Orchestrator:
                 # a new incumbent reaches every agent's next proposal before the rest of the
                 # ready ones are judged (see ``_order``).
                 for f in done:
-                    ready_at.setdefault(f, self.told)
+                    ready_at.setdefault(f, self.told_s)
                 fut = min(done, key=lambda f: self._order(inflight[f], f, ready_at[f]))
                 del ready_at[fut]
-                self.told += 1
+                t0 = time.monotonic()
                 self._tell(inflight.pop(fut), fut)
+                self.told_s += time.monotonic() - t0
         except KeyboardInterrupt:
             self.interrupted = True
             self.event("interrupted", {"used": self.used})
@@ -141,23 +146,26 @@ class Orchestrator:
         self.event("search_stopped", {"reason": reason, "used": self.used})
         return finish(self)
 
-    def _order(self, name: str, fut: Future[Any], ready_at: int) -> tuple[float, int, int]:
+    def _order(self, name: str, fut: Future[Any], ready_at: float) -> tuple[Any, ...]:
         """Sort key of a ready proposal. Without a time limit: its priority (the proposal's
-        own when it sets one, else its agent's), then the agents' order. Under one, first
-        by when it became ready (first ready, first judged: an agent that proposes again at
-        once does not starve the others), and an expensive proposal (``_expensive``) after
-        the cheap ones that were ready with it or before, not after later ones: cheap wins
-        are measured before a costly judgement, which still comes in its turn. A failed or
-        empty proposal costs nothing."""
+        own when it sets one, else its agent's), then the agents' order. Under one, an
+        expensive proposal (``_expensive``) first yields to the cheap ones until the judging
+        done since it became ready has taken ``DEFER_SHARE`` of the limit: cheap wins are
+        measured before a costly judgement, which still comes (never starved by an agent
+        that proposes again at once). Then agents take turns (fewest candidates judged
+        first), then priority, then who was ready first. A failed or empty proposal costs
+        nothing."""
         proposal = fut.result() if fut.exception() is None else None
         priority = self.agents[name].priority
         if isinstance(proposal, Proposal) and proposal.priority is not None:
             priority = proposal.priority
-        turn = 0.0
-        if self.config.time_limit_s is not None:
-            slow = isinstance(proposal, Proposal) and self._expensive(name, proposal)
-            turn = ready_at + (0.5 if slow else 0.0)
-        return (turn, -priority, list(self.agents).index(name))
+        index = list(self.agents).index(name)
+        limit = self.config.time_limit_s
+        if limit is None:
+            return (-priority, index)
+        slow = isinstance(proposal, Proposal) and self._expensive(name, proposal)
+        deferred = slow and self.told_s - ready_at < DEFER_SHARE * limit
+        return (deferred, self.per_agent.get(name, 0), -priority, ready_at, index)
 
     def _expensive(self, name: str, proposal: Proposal) -> bool:
         """Whether judging ``proposal`` is expected to take over ``EXPENSIVE_SHARE`` of the
@@ -237,6 +245,7 @@ class Orchestrator:
             bounds_ms=dict(self.bounds),
             workloads=tuple(dict(w.axes) for w in self.problem.workloads),
             scalars=tuple(w.scalar_inputs() for w in self.problem.workloads),
+            tolerances=tuple(w.tolerance for w in self.problem.workloads),
             incumbent=inc,
             incumbent_results=self.results.get(name, {}).get("full", ()),
             feedback=self.feedback.get(name, ""),

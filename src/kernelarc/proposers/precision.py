@@ -25,10 +25,13 @@ The guard also fails any candidate that misses a workload's tolerance, so a poli
 
 Bases, most promising first: the best incumbent of another agent on the board (when it is a
 Python-group solution), then the reference. Proposals go policy by policy, each on the board
-base then on the reference. A policy applies to a base only when the base calls a matmul-like
-torch operation (matmul, ``@``, mm/bmm/addmm, linear, conv, einsum, attention...) and works
-in float32 (a float32 input or output, or float32 in its source); on problems without any
-such work (e.g. an elementwise bf16 kernel) the agent proposes nothing. Learning: a tolerance
+base then on the reference; the policies most precise first, except on CUDA when every
+workload's relative tolerance is at least 1e-2 (bf16 rounding fits): then least precise
+first (:func:`policy_order`), stepping up after a tolerance miss. A policy applies to a
+base only when the base calls a matmul-like torch operation (matmul, ``@``, mm/bmm/addmm,
+linear, conv, einsum, attention...) and works in float32 (a float32 input or output, or
+float32 in its source); on problems without any such work (e.g. an elementwise bf16
+kernel) the agent proposes nothing. Learning: a tolerance
 failure of a policy on a base skips the lower-precision policies on that base; a
 REWARD_HACK[precision] verdict (strict mode) stops the agent.
 
@@ -39,6 +42,7 @@ Not covered: fp16 policies, per-operation precision (only whole-call policies), 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -51,7 +55,7 @@ from kernelarc.agents.types import (
     Proposal,
     WorkloadResult,
 )
-from kernelarc.problem.schema import Definition, Solution
+from kernelarc.problem.schema import Definition, Solution, Tolerance
 from kernelarc.proposers.builtin import (
     WorkloadClasses,
     _notes,
@@ -67,11 +71,16 @@ from kernelarc.proposers.wrap import python_sources, why_not_wrappable, wrap_sol
 
 REFERENCE_BASE = "reference"
 
-TF32_PRIORITY = 35
-"""TF32 proposals are judged before the compiler agent's (30) when ready together: on float32
-matmul work TF32 is among the largest single wins, and its candidate is cheap to judge (no
-compilation per shape), so under a time limit it should not wait behind minutes of
-torch.compile judging."""
+LEAD_PRIORITY = 35
+"""The agent's leading policy (the first it tries, see :func:`policy_order`) is judged before
+the compiler agent's (30) when ready together: on float32 matmul work a precision policy is
+among the largest single wins, and its candidate is cheap to judge (no compilation per
+shape), so under a time limit it should not wait behind minutes of torch.compile judging."""
+
+LOOSE_RTOL = 1e-2
+"""A relative tolerance at least this large on every workload admits bf16 rounding (unit
+roundoff 2^-8 = 3.9e-3, with room for the accumulation): on CUDA the agent then tries the
+lowest precision first (``policy_order``)."""
 
 _TF32_BODY = """
 import torch
@@ -162,6 +171,19 @@ _MATMUL_CALL = re.compile(
 )
 _MATMUL_OPERATOR = re.compile(r"[\w)\]][ \t]*@=?[ \t]*[\w(\[]")
 _FLOAT32 = re.compile(r"float32|\.float\(\)|torch\.float\b")
+
+
+def policy_order(device: str, tolerances: Sequence[Tolerance] = ()) -> tuple[PrecisionPolicy, ...]:
+    """The policies the agent tries on ``device``, in order: most precise first, unless the
+    device is CUDA and every workload's ``max_rtol`` is at least :data:`LOOSE_RTOL` — then
+    the least precise first (bf16 on tensor cores is the largest gain and the tolerance says
+    it may pass; a miss costs one screening and steps up, see ``observe``). TF32 only on
+    CUDA (on a CPU it changes nothing)."""
+    cuda = device.startswith("cuda")
+    usable = [p for p in POLICIES if cuda or not p.cuda_only]
+    if cuda and tolerances and all(t.max_rtol >= LOOSE_RTOL for t in tolerances):
+        usable.reverse()
+    return tuple(usable)
 
 
 def policy_named(name: str) -> PrecisionPolicy:
@@ -267,12 +289,10 @@ class PrecisionAgent(Agent):
         return bases
 
     def _plans(self, context: AgentContext) -> list[tuple[PrecisionPolicy, _Base]]:
-        cuda = context.device.startswith("cuda")
         bases = self._bases(context)
         return [
             (policy, base)
-            for policy in POLICIES
-            if cuda or not policy.cuda_only
+            for policy in policy_order(context.device, context.tolerances)
             for base in bases
             if f"{policy.name}@{base.key}" not in self._tried
             and policy.level < self._floors.get(base.key, len(POLICIES) + 1)
@@ -285,6 +305,7 @@ class PrecisionAgent(Agent):
         self._classes = WorkloadClasses.of(definition, context.workloads)
         self._var_axes = [n for n, a in definition.axes.items() if a.type == "var"]
         plans = self._plans(context)
+        lead = policy_order(context.device, context.tolerances)[0]
         if context.must_draft and self._tried and plans:
             last = self._tried[-1].split("@", 1)[0]
             plans.sort(key=lambda pb: pb[0].name == last)  # another policy first (stable)
@@ -316,7 +337,7 @@ class PrecisionAgent(Agent):
                 parent_id=base.parent_id,
                 mode="draft" if context.must_draft else "refine",
                 tags=("precision", policy.name, "board" if base.parent_id else "reference"),
-                priority=TF32_PRIORITY if policy.name == "tf32" else None,
+                priority=LEAD_PRIORITY if policy is lead else None,
             )
         return None
 
@@ -425,6 +446,7 @@ __all__ = [
     "PrecisionAgent",
     "PrecisionPolicy",
     "policy_named",
+    "policy_order",
     "policy_solution",
     "why_not_applicable",
     "workload_names",
