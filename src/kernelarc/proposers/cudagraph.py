@@ -12,10 +12,14 @@ shape, dtype, strides and device (tensors) or its type and value (anything else)
    destination-passing base the static destinations are captured too.
 2. Every call (the first included) copies the caller's inputs into the static buffers on
    the caller's stream, inside the call the guard times, and replays the graph there. No
-   stale input is ever replayed.
-3. Non destination-passing: the caller gets fresh tensors (clones of the static outputs),
-   so no output aliases an input or a buffer that the next call overwrites. Destination
-   passing: the static outputs are copied into the caller's destination tensors.
+   stale input is ever replayed. The copies go as one ``torch._foreach_copy_`` (one
+   multi-tensor kernel where dtypes and layouts allow): on a small workload the separate
+   copies' launches cost more than their data (H200, L1 017 at 1 token, 2026-12-01: 0.24
+   ms a call for ~0.11 ms of GPU work, 11 separate device copies among it).
+3. Non destination-passing: the caller gets fresh tensors (copies of the static outputs,
+   with ``clone``'s layout), so no output aliases an input or a buffer that the next call
+   overwrites. Destination passing: the static outputs are copied into the caller's
+   destination tensors. Both as one multi-tensor copy too.
 
 A capture that fails raises ``RuntimeError("CUDA graph capture of ... failed for signature
 ...: cause")``; there is no fallback to eager: a wrapper that silently ran eagerly would be
@@ -131,6 +135,14 @@ class _KaBuffer:
             self.tensor.copy_(t)
 
 
+def _ka_copy_all(dsts, srcs):
+    """``dst.copy_(src)`` for every pair, as one multi-tensor launch where torch can (same
+    dtype and layout; it falls back to one copy per pair otherwise): per-call launches are
+    what a replayed graph is meant to save."""
+    if dsts:
+        torch._foreach_copy_(dsts, srcs)
+
+
 class _KaGraph:
     def __init__(self, graph, buffers, static_args, outputs, kind):
         self.graph, self.buffers, self.static_args = graph, buffers, static_args
@@ -215,15 +227,17 @@ def kernelarc_entry(*args):
             _ka_graphs.popitem(last=False)
     else:
         _ka_graphs.move_to_end(sig)
+        dense = [i for i in range(n_in) if i in entry.buffers and not entry.buffers[i].span]
+        _ka_copy_all([entry.buffers[i].tensor for i in dense], [args[i] for i in dense])
         for i in range(n_in):
-            if i in entry.buffers:
+            if i in entry.buffers and entry.buffers[i].span:
                 entry.buffers[i].fill_from(args[i])
     entry.graph.replay()
     if entry.kind == "dps":
-        for dst, src in zip(args[n_in:], entry.outputs):
-            dst.copy_(src)
+        _ka_copy_all(list(args[n_in:]), entry.outputs)
         return None
-    fresh = [o.clone() for o in entry.outputs]
+    fresh = [torch.empty_like(o) for o in entry.outputs]  # clone()'s layout, no launch yet
+    _ka_copy_all(fresh, entry.outputs)
     return fresh[0] if entry.kind == "tensor" else tuple(fresh)
 '''
 
