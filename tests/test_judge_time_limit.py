@@ -41,10 +41,25 @@ def judge_with(guard: Guard, time_left: float) -> Judge:
 
 def test_time_left_lets_both_stages_run(guard: Guard) -> None:
     j = judge_with(guard, 1e9)
+    guard.reference()
+    guard.prepare_spare()
+    started = guard._workers  # the reference and the spare the candidate will take
+    spawned: list[int] = []
+    real_run = j._run
+
+    def counting_run(*args: object, **kwargs: object) -> object:
+        spawned.append(guard._workers)  # workers started before each stage
+        return real_run(*args, **kwargs)  # type: ignore[arg-type]
+
+    j._run = counting_run  # type: ignore[method-assign]
     stages = j.judge("c1", "a", "s", "refine", rms("tl_ok"), [])
+    assert spawned == [started, started], "a spare started between the two stages"
     assert [name for name, _, _ in stages] == ["screen", "full"]
     # One candidate worker for both stages: the full stage neither builds, starts a process
     # nor loads the solution again (its phases report only its own work).
+    # The warm spare for the next candidate starts once this one is done with its worker,
+    # not between its stages: its start-up would share the cores with the timed calls.
+    assert guard._workers == started + 1 and guard._spare is not None
     screen, full = (ev.phases_s for _, ev, _ in stages)
     assert {"build", "process_start", "load"} <= set(screen), screen
     assert not {"build", "process_start", "load"} & set(full), full
@@ -73,3 +88,19 @@ def test_a_held_session_judges_only_its_own_solution(guard: Guard) -> None:
             guard.evaluate(rms("held_b"), session=session)
     finally:
         session.close()
+
+
+def test_the_reference_is_timed_with_the_candidates_protocol(guard: Guard) -> None:
+    """A screening's reference latency comes from the screening's own protocol (warm-up and
+    timed calls), not from the full protocol's: the speedup compares like with like (the
+    reference judged as a candidate read 0.75x in screenings on the CPU before, 0.89x now)."""
+    wl = guard.problem.workloads[0]
+    quick = guard.evaluate(rms("proto_a"), [wl], rounds=1, warmup=1, iterations=4)
+    full = guard.evaluate(rms("proto_a"), [wl], rounds=1)
+    (q,), (f,) = quick.outcomes, full.outcomes
+    assert q.latency["n"] == q.reference["n"] == 4, (q.latency, q.reference)
+    # The full protocol may extend either's timed calls for a tiny kernel (min_timed_ms).
+    assert min(f.latency["n"], f.reference["n"]) >= GUARD_CONFIG.iterations, (
+        f.latency,
+        f.reference,
+    )

@@ -150,8 +150,9 @@ class Guard:
         self.isolation: Isolation = probe_isolation(self.config.isolation)
         self._ref: WorkerProcess | None = None
         self._spare: WorkerProcess | None = None
+        self._closed = False
         self._ref_env: dict[str, Any] = {}
-        self._ref_times: dict[tuple[str, bool], dict[str, Any]] = {}
+        self._ref_times: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._workers = 0
         self._use_cupti = self._cupti_wanted()
         # Both kinds of worker start now, in parallel: the reference (set up on first use)
@@ -234,6 +235,12 @@ class Guard:
         return self._new_worker("candidate")
 
     def prepare_spare(self) -> None:
+        """Start the warm spare candidate worker (with ``warm_spare``; not after ``close``).
+        Called when a candidate is done with its worker, never while one is being judged: a
+        spare that imports torch on a core the timed calls share slowed them (the CPU runs'
+        reference-as-candidate readings)."""
+        if not self.config.warm_spare or self._closed:
+            return
         if self._spare is None or not self._spare.alive():
             self._spare = self._new_worker("candidate")
 
@@ -327,9 +334,7 @@ class Guard:
             )
             for o in outcomes
         ]
-        session.reported = dict(session.phases)
-        if self.config.warm_spare:
-            self.prepare_spare()
+        session.reported = dict(session.phases)  # (closing a session starts the spare)
         return EvalResult(
             stopped_early=stopped,
             solution=solution.name,
@@ -408,9 +413,21 @@ class Guard:
         return is_better(cand, inc, min_gain=min_gain, z=z)
 
     def reference_timing(
-        self, wl: Workload, compiled: bool, seeds: list[int], deadline: float
+        self,
+        wl: Workload,
+        compiled: bool,
+        seeds: list[int],
+        deadline: float,
+        cfg: GuardConfig | None = None,
     ) -> dict[str, Any]:
-        key = (wl.uuid, compiled)
+        """The reference (or its torch.compile) timed on ``wl`` with the timing protocol of
+        ``cfg`` (default: the guard's): the same warm-up and timed calls as the candidate it
+        is compared with. Cached per workload and protocol for the guard's lifetime. (A
+        screening's 3 + 10 calls against a reference timed with 10 + 50 read the reference
+        itself as a candidate at 0.75x on the CPU: a fresh worker's first calls are slow.)"""
+        cfg = cfg or self.config
+        protocol = (cfg.warmup, cfg.iterations, cfg.min_timed_ms, cfg.max_iterations)
+        key = (wl.uuid, compiled, *protocol, cfg.max_timed_ms)
         if key not in self._ref_times:
             ref = self.reference()
             reply = ref.request(
@@ -418,11 +435,11 @@ class Guard:
                     "op": "time",
                     "workload": wl.model_dump(mode="json"),
                     "seeds": seeds,
-                    "warmup": self.config.warmup,
-                    "iterations": self.config.iterations,
-                    "min_timed_ms": self.config.min_timed_ms,
-                    "max_iterations": self.config.max_iterations,
-                    "max_timed_ms": self.config.max_timed_ms,
+                    "warmup": cfg.warmup,
+                    "iterations": cfg.iterations,
+                    "min_timed_ms": cfg.min_timed_ms,
+                    "max_iterations": cfg.max_iterations,
+                    "max_timed_ms": cfg.max_timed_ms,
                     "compiled": compiled,
                     "cupti": self._use_cupti,
                 },
@@ -436,6 +453,7 @@ class Guard:
         return self._ref_times[key]
 
     def close(self) -> None:
+        self._closed = True
         for w in (self._ref, self._spare, self._ref_started):
             if w is not None:
                 w.close()

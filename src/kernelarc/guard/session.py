@@ -317,11 +317,11 @@ class CandidateSession:
         t3 = time.monotonic()
         if cfg.time_reference:
             ref_seeds = seeds
-            outcome.reference = self.guard.reference_timing(wl, False, ref_seeds, deadline)
+            outcome.reference = self.guard.reference_timing(wl, False, ref_seeds, deadline, cfg)
             if cfg.time_compiled_reference:
                 try:
                     outcome.compiled_reference = self.guard.reference_timing(
-                        wl, True, ref_seeds, deadline
+                        wl, True, ref_seeds, deadline, cfg
                     )
                 except Verdict as v:  # the baseline failed, not the candidate
                     outcome.notes.append(f"no torch.compile baseline: {v.log[:500]}")
@@ -351,9 +351,12 @@ class CandidateSession:
             self.worker = None
 
     def close(self) -> None:
+        """Close the worker; the guard then starts its warm spare for the next candidate
+        (not before: the spare's start-up would share the cores with this one's timing)."""
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+        self.guard.prepare_spare()
 
 
 def _reply_verdict(reply: dict[str, Any]) -> Verdict:
