@@ -174,6 +174,25 @@ def test_budget_per_agent_is_honoured(guard: Guard, problem: Problem, tmp_path: 
     assert run.summary["best"] is None and run.payloads("no_solution"), info
 
 
+class Ranked(ScriptedAgent):
+    """A scripted agent of class priority 10 (ScriptedAgent's is 0)."""
+
+    priority = 10
+
+
+def together(
+    gate: threading.Barrier, solution: Solution, priority: int | None = None
+) -> Callable[[AgentContext], Proposal]:
+    """A scripted step that returns ``solution`` when every party of ``gate`` has arrived:
+    proposals that become ready at the same moment."""
+
+    def step(context: AgentContext) -> Proposal:
+        gate.wait()
+        return Proposal(solution=solution, hypothesis=solution.name, priority=priority)
+
+    return step
+
+
 def test_proposal_priority_orders_proposals_ready_together(
     guard: Guard, problem: Problem, tmp_path: Path
 ) -> None:
@@ -181,19 +200,8 @@ def test_proposal_priority_orders_proposals_ready_together(
     priority (10) is above B's (0), so without proposal priorities A is judged first; B's
     proposal sets priority 50, so B is judged first."""
     gate = threading.Barrier(2, timeout=WAIT_S)
-
-    class Ranked(ScriptedAgent):
-        priority = 10
-
-    def together(tag: str, priority: int | None) -> Callable[[AgentContext], Proposal]:
-        def step(context: AgentContext) -> Proposal:
-            gate.wait()
-            return Proposal(solution=rms(tag, fail=True), hypothesis=tag, priority=priority)
-
-        return step
-
-    a = Ranked([together("pa", None)], name="A")
-    b = ScriptedAgent([together("pb", 50)], name="B")
+    a = Ranked([together(gate, rms("pa", fail=True))], name="A")
+    b = ScriptedAgent([together(gate, rms("pb", fail=True), priority=50)], name="B")
     run = search(guard, problem, tmp_path, [a, b], budget=2)
     info = run.describe()
     assert [c.agent for c in run.candidates] == ["B", "A"], info
@@ -216,21 +224,11 @@ def test_under_a_time_limit_cheap_proposals_go_before_run_time_compiles(
         monkeypatch.setattr(orchestrator, "DEFER_SHARE", 1e-9)
     gate = threading.Barrier(2, timeout=WAIT_S)
 
-    class Ranked(ScriptedAgent):
-        priority = 10
-
-    def together(solution: Solution) -> Callable[[AgentContext], Proposal]:
-        def step(context: AgentContext) -> Proposal:
-            gate.wait()
-            return Proposal(solution=solution, hypothesis=solution.name)
-
-        return step
-
     compiled = rms("tc", fail=True)
     compiled.sources[0].content += "\n# torch.compile(run) would go here\n"
     assert compiled.compiles_at_run_time() and not rms("x").compiles_at_run_time()
-    a = Ranked([together(compiled)], name="A")
-    b = ScriptedAgent([together(rms("tb", fail=True)), rms("tb2", fail=True)], name="B")
+    a = Ranked([together(gate, compiled)], name="A")
+    b = ScriptedAgent([together(gate, rms("tb", fail=True)), rms("tb2", fail=True)], name="B")
     limit = None if case == "no limit" else 3600.0
     run = search(guard, problem, tmp_path, [a, b], budget=3, time_limit_s=limit)
     order = [c.agent for c in run.candidates]
@@ -247,18 +245,8 @@ def test_under_a_time_limit_agents_take_turns(
     one, agents take turns: B's first candidate is judged before A's second."""
     gate = threading.Barrier(2, timeout=WAIT_S)
 
-    class Ranked(ScriptedAgent):
-        priority = 10
-
-    def together(solution: Solution) -> Callable[[AgentContext], Proposal]:
-        def step(context: AgentContext) -> Proposal:
-            gate.wait()
-            return Proposal(solution=solution, hypothesis=solution.name)
-
-        return step
-
-    a = Ranked([together(rms("ta1", fail=True)), rms("ta2", fail=True)], name="A")
-    b = ScriptedAgent([together(rms("tb1", fail=True))], name="B")
+    a = Ranked([together(gate, rms("ta1", fail=True)), rms("ta2", fail=True)], name="A")
+    b = ScriptedAgent([together(gate, rms("tb1", fail=True))], name="B")
     run = search(guard, problem, tmp_path, [a, b], budget=3, time_limit_s=time_limit)
     order = "".join(c.agent for c in run.candidates)
     assert order == ("AAB" if time_limit is None else "ABA"), run.describe()
