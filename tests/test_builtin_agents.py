@@ -35,12 +35,8 @@ from kernelarc.guard.evaluator import EvalResult, Guard, GuardConfig
 from kernelarc.orchestration.judge import results_of, score_of
 from kernelarc.problem.loader import Problem, load_problem
 from kernelarc.problem.schema import Solution
-from kernelarc.proposers.builtin import (
-    COMPILE_VARIANTS,
-    CompilerAgent,
-    ReferenceAgent,
-    compiled_source,
-)
+from kernelarc.proposers.builtin import ReferenceAgent
+from kernelarc.proposers.compiler import COMPILE_VARIANTS, CompilerAgent, compiled_source
 from kernelarc.proposers.registry import available_agents, describe, make_agents
 from kernelarc.proposers.scripted import ScriptedAgent
 
@@ -196,6 +192,76 @@ def test_compiler_concludes_from_the_real_verdict(compiled_verdict) -> None:
     else:
         first = next(o for o in ev.outcomes if o.status.value != "PASSED")
         assert conclusion.outcome == "failed" and first.status.value in conclusion.claim
+
+
+# ------------------------------------------------------------------------------ board bases
+
+
+def _board_views(problem: Problem) -> tuple[IncumbentView, ...]:
+    """A precision wrapper (2.0x), a CUDA-graph wrapper (3.0x) and the plain reference
+    (5.0x) of other agents, as the board shows them."""
+    from kernelarc.proposers.cudagraph import graph_solution
+    from kernelarc.proposers.precision import policy_named, policy_solution
+
+    d = problem.definition
+    ref = ReferenceAgent().propose(agent_context(problem))
+    assert ref is not None
+    tf32 = policy_solution(ref.solution, d, policy_named("tf32"), name="p-tf32", what="ref")
+    graph = graph_solution(ref.solution, d, name="g", what="ref")
+
+    def view(agent: str, cid: str, score: float, solution: Solution) -> IncumbentView:
+        return IncumbentView(
+            agent=agent,
+            strategy=agent,
+            candidate_id=cid,
+            score=score,
+            latencies_ms={},
+            solution=solution,
+        )
+
+    return (
+        view("precision", "c3", 2.0, tf32),
+        view("cuda-graph", "c5", 3.0, graph),
+        view("reference", "c1", 5.0, ref.solution),
+    )
+
+
+def test_compiler_compiles_a_better_board_incumbent_once(problem: Problem, guard: Guard) -> None:
+    """The best other incumbent worth compiling (not a CUDA graph, not the bare reference,
+    better than eager and than the compiler's own) is compiled before the next variant, once;
+    the wrapped candidate passes the guard and the conclusion names its base."""
+    board = BoardSnapshot(incumbents=_board_views(problem), version=3)
+    agent = CompilerAgent()
+    first = agent.propose(agent_context(problem, board=board, incumbent=None))
+    assert first is not None and first.tags == ("compiler", "default", "board"), first.tags
+    assert first.parent_id == "c3" and first.mode == "refine"
+    entry = first.solution.sources[-1].content
+    assert "_ka_compiled = torch.compile(_ka_base)" in entry
+    assert first.solution.compiles_at_run_time()
+    assert len(first.solution.sources) == 3, "the base's files and the compiling wrapper"
+    again = agent.propose(agent_context(problem, board=board, incumbent=None))
+    assert again is not None and again.tags == ("compiler", "default"), "no base twice"
+    ev = guard.evaluate(first.solution, _small(problem))
+    statuses = [(o.status.value, o.log[:300]) for o in ev.outcomes]
+    assert all(st == "PASSED" for st, _ in statuses), statuses
+    twin = CompilerAgent()
+    twin.restore(json.loads(json.dumps(agent.state())))
+    assert twin.propose(agent_context(problem, board=board, incumbent=None)).tags[-1] != "board"
+    # Observed in order: the board candidate's conclusion names its base.
+    fresh = CompilerAgent()
+    fresh.propose(agent_context(problem, board=board, incumbent=None))
+    conclusion = fresh.observe(_result(ev, fresh.name))
+    assert conclusion.claim.startswith("torch.compile default settings of c3:"), conclusion.claim
+
+
+def test_compiler_leaves_board_incumbents_it_cannot_beat(problem: Problem) -> None:
+    views = _board_views(problem)
+    mine = views[0].model_copy(update={"agent": "compiler", "candidate_id": "c9", "score": 2.5})
+    board = BoardSnapshot(incumbents=views, version=3)
+    proposal = CompilerAgent().propose(agent_context(problem, board=board, incumbent=mine))
+    assert proposal is not None and proposal.tags == ("compiler", "default")
+    with pytest.raises(ValueError, match="'bases'"):
+        CompilerAgent().restore({"bases": "c3"})
 
 
 # ------------------------------------------------------------------------------ conclusions

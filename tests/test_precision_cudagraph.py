@@ -48,7 +48,8 @@ from kernelarc.guard.evaluator import EvalResult, Guard, GuardConfig
 from kernelarc.orchestration.judge import results_of, score_of
 from kernelarc.problem.loader import Problem, load_problem, load_solution
 from kernelarc.problem.schema import Solution
-from kernelarc.proposers.builtin import CompilerAgent, make_solution
+from kernelarc.proposers.builtin import make_solution
+from kernelarc.proposers.compiler import CompilerAgent
 from kernelarc.proposers.cudagraph import CudaGraphAgent, graph_solution
 from kernelarc.proposers.precision import (
     LEAD_PRIORITY,

@@ -1,21 +1,13 @@
-"""Built-in, model-free proposers: the reference baseline and ``torch.compile`` variants.
+"""The reference baseline agent and the helpers every built-in agent concludes with.
 
 - :class:`ReferenceAgent` proposes the problem's reference code itself, once: the correct
   baseline every run has (its speedup over eager is ~1 and measures the guard's noise).
-- :class:`CompilerAgent` proposes the reference wrapped in ``torch.compile``, one fixed
-  configuration per call (Inductor modes and options, in the order of
-  :data:`COMPILE_VARIANTS`); on a draft request it jumps to the next untried configuration
-  of the other family (modes vs options).
+- Shared helpers: workload classes (small/large by the median of the first ``var`` axis),
+  the measured effect by class, claims, outcomes and failure summaries of a verdict.
 
-Both produce real SOL-ExecBench solutions (``languages: ["pytorch"]``, non
-destination-passing, one file ``solution.py``) and conclude from the guard's verdict with a
-short claim, the measured effect by workload class (small/large by the median of the first
-``var`` axis) and an outcome.
-
-Not covered here: the other built-ins live in their own modules (``precision``,
-``cudagraph``, ``gemm_tables``, ``rewrite/``, ``tuner``; ``wrap`` builds solutions around
-another solution). The compiled variants compile the *reference*; they do not compile other
-agents' candidates.
+Not covered here: the other built-ins live in their own modules (``compiler``,
+``precision``, ``cudagraph``, ``gemm_tables``, ``rewrite/``, ``tuner``; ``wrap`` builds
+solutions around another solution).
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar
 
 from kernelarc.agents.base import Agent
 from kernelarc.agents.types import (
@@ -39,11 +31,8 @@ from kernelarc.agents.types import (
 from kernelarc.problem.reference import make_solution, reference_solution
 from kernelarc.problem.schema import Definition
 
-COMPILED_ENTRY = "kernelarc_entry"
 #: A passing candidate slower than this fraction of its baseline's speed is "regressed".
 REGRESSED_BELOW = 0.97
-
-Family = Literal["mode", "options"]
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -275,208 +264,18 @@ class ReferenceAgent(Agent):
         self._proposed = proposed
 
 
-# ------------------------------------------------------------------------------ compiler
-
-
-@dataclass(frozen=True)
-class CompileVariant:
-    """One ``torch.compile`` configuration. ``kwargs`` are keyword arguments of
-    ``torch.compile`` as (name, value) pairs; ``options`` an Inductor options dict."""
-
-    name: str
-    family: Family
-    kwargs: tuple[tuple[str, Any], ...] = ()
-    options: tuple[tuple[str, Any], ...] = ()
-    cuda_only: bool = False
-
-    def arguments(self) -> str:
-        """The keyword arguments as Python source, e.g. ``mode='max-autotune'``."""
-        parts = [f"{k}={v!r}" for k, v in self.kwargs]
-        if self.options:
-            parts.append(f"options={dict(self.options)!r}")
-        return ", ".join(parts)
-
-    def label(self) -> str:
-        """A readable one-line description, e.g. ``mode=max-autotune-no-cudagraphs``."""
-        parts = [f"{k}={v}" for k, v in self.kwargs]
-        parts += [f"{k}={v}" for k, v in self.options]
-        return " ".join(parts) or "default settings"
-
-
-#: The configurations the compiler agent walks, in order.
-COMPILE_VARIANTS: tuple[CompileVariant, ...] = (
-    CompileVariant("default", "mode"),
-    CompileVariant("static", "mode", kwargs=(("dynamic", False), ("fullgraph", False))),
-    CompileVariant(
-        "max-autotune-no-cudagraphs", "mode", kwargs=(("mode", "max-autotune-no-cudagraphs"),)
-    ),
-    CompileVariant("coordinate-descent", "options", options=(("coordinate_descent_tuning", True),)),
-    CompileVariant(
-        "epilogue-fusion", "options", options=(("epilogue_fusion", True), ("max_autotune", False))
-    ),
-    CompileVariant(
-        "reduce-overhead", "mode", kwargs=(("mode", "reduce-overhead"),), cuda_only=True
-    ),
-)
-
-
-def compiled_source(reference: str, variant: CompileVariant) -> str:
-    """The reference source followed by a ``torch.compile`` of its ``run`` and an entry."""
-    args = variant.arguments()
-    call = f"torch.compile(run, {args})" if args else "torch.compile(run)"
-    return (
-        reference.rstrip()
-        + "\n\n\n"
-        + f"# KernelArc compiler agent: torch.compile of the reference ({variant.name}).\n"
-        + "import torch  # noqa: E402\n\n"
-        + f"_compiled = {call}\n\n\n"
-        + f"def {COMPILED_ENTRY}(*args):\n"
-        + "    return _compiled(*args)\n"
-    )
-
-
-def _variant_named(name: str) -> CompileVariant:
-    for v in COMPILE_VARIANTS:
-        if v.name == name:
-            return v
-    known = ", ".join(v.name for v in COMPILE_VARIANTS)
-    raise ValueError(f"compiler agent state names an unknown configuration {name!r} ({known})")
-
-
-class CompilerAgent(Agent):
-    """Proposes ``torch.compile`` variants of the reference, one configuration per call."""
-
-    name = "compiler"
-    strategy = "compiler"
-    priority: ClassVar[int] = 30
-    description: ClassVar[str] = (
-        "torch.compile of the reference, one Inductor mode/options configuration per call"
-    )
-
-    def __init__(self) -> None:
-        self._index = 0
-        self._tried: list[str] = []
-        self._count = 0
-        self._pending: str | None = None
-        self._baseline_ms: dict[str, float] = {}
-        self._classes = WorkloadClasses()
-
-    def _usable(self, device: str) -> list[CompileVariant]:
-        return [
-            v
-            for v in COMPILE_VARIANTS
-            if v.name not in self._tried and (not v.cuda_only or device.startswith("cuda"))
-        ]
-
-    def _next(self, context: AgentContext) -> CompileVariant | None:
-        usable = self._usable(context.device)
-        if not usable:
-            return None
-        order = COMPILE_VARIANTS[self._index :] + COMPILE_VARIANTS[: self._index]
-        ranked = [v for v in order if v in usable]
-        if context.must_draft and self._tried:
-            family = _variant_named(self._tried[-1]).family
-            other = [v for v in ranked if v.family != family]
-            return other[0] if other else ranked[0]
-        return ranked[0]
-
-    def propose(self, context: AgentContext) -> Proposal | None:
-        variant = self._next(context)
-        if variant is None:
-            return None
-        definition = context.definition
-        self._classes = WorkloadClasses.of(definition, context.workloads)
-        self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
-        self._tried.append(variant.name)
-        self._index = COMPILE_VARIANTS.index(variant) + 1
-        self._pending = variant.name
-        self._count += 1
-        draft = context.must_draft
-        parent = (
-            _board_parent(context, self.name)
-            if draft
-            else (context.incumbent.candidate_id if context.incumbent else None)
-        )
-        solution = make_solution(
-            definition,
-            agent=self.name,
-            name=f"{definition.name}-compiler-{variant.name}-{self._count}",
-            description=f"torch.compile of the reference ({variant.label()}).",
-            source=compiled_source(definition.reference, variant),
-            entry=COMPILED_ENTRY,
-        )
-        why = "a different family of settings (draft)" if draft else "the next configuration"
-        return Proposal(
-            solution=solution,
-            hypothesis=f"torch.compile {variant.label()} ({why}): Inductor fuses the "
-            f"reference's operations into fewer kernels, which should beat eager.",
-            parent_id=parent,
-            mode="draft" if draft else "refine",
-            tags=("compiler", variant.name),
-        )
-
-    def observe(self, result: CandidateResult) -> Conclusion:
-        variant = _variant_named(self._pending) if self._pending else None
-        self._pending = None
-        label = f"torch.compile {variant.label()}" if variant else "torch.compile (unknown)"
-        effect = effect_by_class(result.per_workload, self._classes, self._baseline_ms)
-        overall = geomean(list(effect.values()))
-        n = len(result.per_workload)
-        if result.passed:
-            score = f"{result.score:.2f}x" if result.score is not None else "unmeasured speedup"
-            claim = f"{label}: {score} over eager on {n}/{n} workloads"
-            if len(effect) > 1:
-                best = max(effect, key=lambda k: effect[k])
-                claim += f"; best on {best} ({effect[best]:.2f}x)"
-            if self._baseline_ms and overall is not None:
-                claim += f"; {overall:.2f}x vs own previous best"
-        else:
-            claim = f"{label}: {failure_summary(result)}"
-        return conclusion_of(
-            self,
-            result,
-            claim=claim + _notes(result),
-            effect=effect,
-            tags=("compiler", variant.name) if variant else ("compiler",),
-            outcome=outcome_of(result, overall),
-        )
-
-    def state(self) -> dict[str, object]:
-        return {
-            "index": self._index,
-            "tried": list(self._tried),
-            "count": self._count,
-            "pending": self._pending,
-            "baseline_ms": dict(self._baseline_ms),
-            "classes": self._classes.to_state(),
-        }
-
-    def restore(self, state: dict[str, object]) -> None:
-        index, tried, count = state.get("index", 0), state.get("tried", []), state.get("count", 0)
-        pending = state.get("pending")
-        if not isinstance(index, int) or not 0 <= index <= len(COMPILE_VARIANTS):
-            raise ValueError(f"compiler agent state: bad 'index' {index!r}")
-        if not isinstance(tried, list) or not isinstance(count, int):
-            raise ValueError("compiler agent state: 'tried' must be a list, 'count' an int")
-        base = ms_by_uuid(state.get("baseline_ms", {}), "compiler agent", "'baseline_ms'")
-        classes = WorkloadClasses.from_state(state.get("classes", {}), "compiler agent")
-        for name in [*tried, *([pending] if pending is not None else [])]:
-            _variant_named(str(name))
-        self._index, self._tried, self._count = index, [str(t) for t in tried], count
-        self._pending = str(pending) if pending is not None else None
-        self._baseline_ms, self._classes = base, classes
-
-
 __all__ = [
-    "COMPILE_VARIANTS",
-    "conclusion_of",
-    "CompileVariant",
-    "CompilerAgent",
+    "REGRESSED_BELOW",
     "ReferenceAgent",
     "WorkloadClasses",
-    "compiled_source",
+    "clip",
+    "conclusion_of",
     "effect_by_class",
+    "failure_summary",
+    "first_var_axis",
+    "geomean",
     "make_solution",
-    "reference_solution",
     "ms_by_uuid",
+    "outcome_of",
+    "reference_solution",
 ]

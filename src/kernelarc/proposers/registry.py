@@ -1,7 +1,7 @@
 """The built-in agents by name: what ``--agents reference,compiler`` resolves to.
 
-Covered: the model-free built-ins (reference and compiler in
-:mod:`kernelarc.proposers.builtin`, precision, cuda-graph, gemm-tables, rewrite, tuner). Not
+Covered: the model-free built-ins (reference in :mod:`kernelarc.proposers.builtin`,
+compiler, precision, cuda-graph, gemm-tables, rewrite, tuner). Not
 covered: LLM-backed agents, the seed agent (it needs the user's solutions: ``optimize
 --seed-solution``) and the test-only :class:`~kernelarc.proposers.scripted.ScriptedAgent`
 (construct those directly). Every registered agent is run through
@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 
 from kernelarc.agents.base import Agent
 from kernelarc.errors import KernelArcError
-from kernelarc.proposers.builtin import CompilerAgent, ReferenceAgent
+from kernelarc.proposers.builtin import ReferenceAgent
+from kernelarc.proposers.compiler import CompilerAgent
 from kernelarc.proposers.cudagraph import CudaGraphAgent
 from kernelarc.proposers.gemm_tables import GemmTablesAgent
 from kernelarc.proposers.precision import PrecisionAgent

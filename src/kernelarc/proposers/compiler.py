@@ -1,0 +1,305 @@
+"""The ``compiler`` agent: ``torch.compile`` of the reference, one configuration per call.
+
+:class:`CompilerAgent` proposes the reference wrapped in ``torch.compile``, one fixed
+configuration per call (Inductor modes and options, in the order of
+:data:`COMPILE_VARIANTS`); on a draft request it jumps to the next untried configuration of
+the other family (modes vs options). Before its next configuration it compiles another
+agent's better incumbent from the board when one qualifies (:mod:`.compile_board`):
+strategies combined in one candidate.
+
+Its solutions are real SOL-ExecBench solutions (``languages: ["pytorch"]``, non
+destination-passing for the reference's, one file ``solution.py``; wrappers of the base
+for board incumbents) and it concludes from the guard's verdict with a short claim, the
+measured effect by workload class and an outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from kernelarc.agents.base import Agent
+from kernelarc.agents.types import (
+    AgentContext,
+    CandidateResult,
+    Conclusion,
+    IncumbentView,
+    Proposal,
+)
+from kernelarc.proposers.builtin import (
+    WorkloadClasses,
+    _board_parent,
+    _notes,
+    conclusion_of,
+    effect_by_class,
+    failure_summary,
+    geomean,
+    make_solution,
+    ms_by_uuid,
+    outcome_of,
+)
+
+COMPILED_ENTRY = "kernelarc_entry"
+Family = Literal["mode", "options"]
+
+
+@dataclass(frozen=True)
+class CompileVariant:
+    """One ``torch.compile`` configuration. ``kwargs`` are keyword arguments of
+    ``torch.compile`` as (name, value) pairs; ``options`` an Inductor options dict."""
+
+    name: str
+    family: Family
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    options: tuple[tuple[str, Any], ...] = ()
+    cuda_only: bool = False
+
+    def arguments(self) -> str:
+        """The keyword arguments as Python source, e.g. ``mode='max-autotune'``."""
+        parts = [f"{k}={v!r}" for k, v in self.kwargs]
+        if self.options:
+            parts.append(f"options={dict(self.options)!r}")
+        return ", ".join(parts)
+
+    def label(self) -> str:
+        """A readable one-line description, e.g. ``mode=max-autotune-no-cudagraphs``."""
+        parts = [f"{k}={v}" for k, v in self.kwargs]
+        parts += [f"{k}={v}" for k, v in self.options]
+        return " ".join(parts) or "default settings"
+
+
+#: The configurations the compiler agent walks, in order.
+COMPILE_VARIANTS: tuple[CompileVariant, ...] = (
+    CompileVariant("default", "mode"),
+    CompileVariant("static", "mode", kwargs=(("dynamic", False), ("fullgraph", False))),
+    CompileVariant(
+        "max-autotune-no-cudagraphs", "mode", kwargs=(("mode", "max-autotune-no-cudagraphs"),)
+    ),
+    CompileVariant("coordinate-descent", "options", options=(("coordinate_descent_tuning", True),)),
+    CompileVariant(
+        "epilogue-fusion", "options", options=(("epilogue_fusion", True), ("max_autotune", False))
+    ),
+    CompileVariant(
+        "reduce-overhead", "mode", kwargs=(("mode", "reduce-overhead"),), cuda_only=True
+    ),
+)
+
+
+def compiled_source(reference: str, variant: CompileVariant) -> str:
+    """The reference source followed by a ``torch.compile`` of its ``run`` and an entry."""
+    args = variant.arguments()
+    call = f"torch.compile(run, {args})" if args else "torch.compile(run)"
+    return (
+        reference.rstrip()
+        + "\n\n\n"
+        + f"# KernelArc compiler agent: torch.compile of the reference ({variant.name}).\n"
+        + "import torch  # noqa: E402\n\n"
+        + f"_compiled = {call}\n\n\n"
+        + f"def {COMPILED_ENTRY}(*args):\n"
+        + "    return _compiled(*args)\n"
+    )
+
+
+def _variant_named(name: str) -> CompileVariant:
+    for v in COMPILE_VARIANTS:
+        if v.name == name:
+            return v
+    known = ", ".join(v.name for v in COMPILE_VARIANTS)
+    raise ValueError(f"compiler agent state names an unknown configuration {name!r} ({known})")
+
+
+class CompilerAgent(Agent):
+    """Proposes ``torch.compile`` variants of the reference, one configuration per call."""
+
+    name = "compiler"
+    strategy = "compiler"
+    priority: ClassVar[int] = 30
+    description: ClassVar[str] = (
+        "torch.compile of the reference, one Inductor mode/options configuration per call, "
+        "and of other agents' better Python incumbents from the board"
+    )
+
+    def __init__(self) -> None:
+        self._index = 0
+        self._tried: list[str] = []
+        self._count = 0
+        self._pending: str | None = None
+        self._bases: list[str] = []
+        """Candidate ids of the board incumbents compiled so far."""
+        self._pending_base: str | None = None
+        self._baseline_ms: dict[str, float] = {}
+        self._classes = WorkloadClasses()
+
+    def _usable(self, device: str) -> list[CompileVariant]:
+        return [
+            v
+            for v in COMPILE_VARIANTS
+            if v.name not in self._tried and (not v.cuda_only or device.startswith("cuda"))
+        ]
+
+    def _next(self, context: AgentContext) -> CompileVariant | None:
+        usable = self._usable(context.device)
+        if not usable:
+            return None
+        order = COMPILE_VARIANTS[self._index :] + COMPILE_VARIANTS[: self._index]
+        ranked = [v for v in order if v in usable]
+        if context.must_draft and self._tried:
+            family = _variant_named(self._tried[-1]).family
+            other = [v for v in ranked if v.family != family]
+            return other[0] if other else ranked[0]
+        return ranked[0]
+
+    def _board_base(self, context: AgentContext) -> IncumbentView | None:
+        """Another agent's incumbent to compile (``compile_board``): better than this
+        agent's own incumbent (or than eager without one), not compiled by it yet."""
+        from kernelarc.proposers.compile_board import why_not_compilable
+
+        if context.board is None or context.must_draft:
+            return None
+        floor = context.incumbent.score if context.incumbent else 1.0
+        for view in sorted(context.board.others(self.name), key=lambda v: -v.score):
+            if view.score <= floor:
+                return None
+            if view.candidate_id not in self._bases and (
+                why_not_compilable(view.solution, context.definition) is None
+            ):
+                return view
+        return None
+
+    def _propose_on(self, context: AgentContext, base: IncumbentView) -> Proposal:
+        from kernelarc.proposers.compile_board import compiled_base_solution
+
+        variant = COMPILE_VARIANTS[0]
+        definition = context.definition
+        self._classes = WorkloadClasses.of(definition, context.workloads)
+        self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
+        self._bases.append(base.candidate_id)
+        self._pending, self._pending_base = variant.name, base.candidate_id
+        self._count += 1
+        what = f"{base.agent}'s incumbent {base.candidate_id}"
+        solution = compiled_base_solution(
+            base.solution,
+            definition,
+            arguments=variant.arguments(),
+            name=f"{definition.name}-compiler-{variant.name}-on-{base.agent}-{self._count}",
+            what=what,
+            label=variant.label(),
+        )
+        return Proposal(
+            solution=solution,
+            hypothesis=f"torch.compile ({variant.label()}) of {what} ({base.score:.2f}x): "
+            "Inductor fuses the work around what that strategy changed, which neither does "
+            "alone.",
+            parent_id=base.candidate_id,
+            mode="refine",
+            tags=("compiler", variant.name, "board"),
+        )
+
+    def propose(self, context: AgentContext) -> Proposal | None:
+        base = self._board_base(context)
+        if base is not None:
+            return self._propose_on(context, base)
+        variant = self._next(context)
+        if variant is None:
+            return None
+        self._pending_base = None
+        definition = context.definition
+        self._classes = WorkloadClasses.of(definition, context.workloads)
+        self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
+        self._tried.append(variant.name)
+        self._index = COMPILE_VARIANTS.index(variant) + 1
+        self._pending = variant.name
+        self._count += 1
+        draft = context.must_draft
+        parent = (
+            _board_parent(context, self.name)
+            if draft
+            else (context.incumbent.candidate_id if context.incumbent else None)
+        )
+        solution = make_solution(
+            definition,
+            agent=self.name,
+            name=f"{definition.name}-compiler-{variant.name}-{self._count}",
+            description=f"torch.compile of the reference ({variant.label()}).",
+            source=compiled_source(definition.reference, variant),
+            entry=COMPILED_ENTRY,
+        )
+        why = "a different family of settings (draft)" if draft else "the next configuration"
+        return Proposal(
+            solution=solution,
+            hypothesis=f"torch.compile {variant.label()} ({why}): Inductor fuses the "
+            f"reference's operations into fewer kernels, which should beat eager.",
+            parent_id=parent,
+            mode="draft" if draft else "refine",
+            tags=("compiler", variant.name),
+        )
+
+    def observe(self, result: CandidateResult) -> Conclusion:
+        variant = _variant_named(self._pending) if self._pending else None
+        base, self._pending, self._pending_base = self._pending_base, None, None
+        label = f"torch.compile {variant.label()}" if variant else "torch.compile (unknown)"
+        if base is not None:
+            label += f" of {base}"
+        effect = effect_by_class(result.per_workload, self._classes, self._baseline_ms)
+        overall = geomean(list(effect.values()))
+        n = len(result.per_workload)
+        if result.passed:
+            score = f"{result.score:.2f}x" if result.score is not None else "unmeasured speedup"
+            claim = f"{label}: {score} over eager on {n}/{n} workloads"
+            if len(effect) > 1:
+                best = max(effect, key=lambda k: effect[k])
+                claim += f"; best on {best} ({effect[best]:.2f}x)"
+            if self._baseline_ms and overall is not None:
+                claim += f"; {overall:.2f}x vs own previous best"
+        else:
+            claim = f"{label}: {failure_summary(result)}"
+        return conclusion_of(
+            self,
+            result,
+            claim=claim + _notes(result),
+            effect=effect,
+            tags=("compiler", variant.name) if variant else ("compiler",),
+            outcome=outcome_of(result, overall),
+        )
+
+    def state(self) -> dict[str, object]:
+        return {
+            "index": self._index,
+            "tried": list(self._tried),
+            "count": self._count,
+            "pending": self._pending,
+            "bases": list(self._bases),
+            "pending_base": self._pending_base,
+            "baseline_ms": dict(self._baseline_ms),
+            "classes": self._classes.to_state(),
+        }
+
+    def restore(self, state: dict[str, object]) -> None:
+        index, tried, count = state.get("index", 0), state.get("tried", []), state.get("count", 0)
+        pending = state.get("pending")
+        if not isinstance(index, int) or not 0 <= index <= len(COMPILE_VARIANTS):
+            raise ValueError(f"compiler agent state: bad 'index' {index!r}")
+        if not isinstance(tried, list) or not isinstance(count, int):
+            raise ValueError("compiler agent state: 'tried' must be a list, 'count' an int")
+        base = ms_by_uuid(state.get("baseline_ms", {}), "compiler agent", "'baseline_ms'")
+        classes = WorkloadClasses.from_state(state.get("classes", {}), "compiler agent")
+        for name in [*tried, *([pending] if pending is not None else [])]:
+            _variant_named(str(name))
+        bases, pending_base = state.get("bases", []), state.get("pending_base")
+        if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
+            raise ValueError("compiler agent state: 'bases' must be a list of candidate ids")
+        if pending_base is not None and not isinstance(pending_base, str):
+            raise ValueError(f"compiler agent state: bad 'pending_base' {pending_base!r}")
+        self._bases, self._pending_base = list(bases), pending_base
+        self._index, self._tried, self._count = index, [str(t) for t in tried], count
+        self._pending = str(pending) if pending is not None else None
+        self._baseline_ms, self._classes = base, classes
+
+
+__all__ = [
+    "COMPILED_ENTRY",
+    "COMPILE_VARIANTS",
+    "CompileVariant",
+    "CompilerAgent",
+    "compiled_source",
+]
