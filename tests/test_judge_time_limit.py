@@ -93,7 +93,8 @@ def test_a_held_session_judges_only_its_own_solution(guard: Guard) -> None:
 def test_the_reference_is_timed_with_the_candidates_protocol(guard: Guard) -> None:
     """A screening's reference latency comes from the screening's own protocol (warm-up and
     timed calls), not from the full protocol's: the speedup compares like with like (the
-    reference judged as a candidate read 0.75x in screenings on the CPU before, 0.89x now)."""
+    reference judged as a candidate read 0.75-0.89x in screenings on the CPU before, 0.89-1.03x
+    after: docs/GUARD.md)."""
     wl = guard.problem.workloads[0]
     quick = guard.evaluate(rms("proto_a"), [wl], rounds=1, warmup=1, iterations=4)
     full = guard.evaluate(rms("proto_a"), [wl], rounds=1)
