@@ -498,6 +498,7 @@ def test_composition_of_shape_winners_is_kept_as_best(compose_run: Search) -> No
         }
     ], info
     assert run.payloads("best")[-1]["candidate"] == composer.id, info
+    assert run.summary["best"]["is_reference"] is False, info
     best = load_solution(run.run_dir / "best" / "solution.json")
     assert best.spec.entry_point == "dispatch.py::run", best.spec
     assert best.content_hash() == composer.solution.content_hash()
@@ -537,6 +538,7 @@ def test_reference_fallback_replaces_a_candidate_slower_than_eager(
     assert (full[slow].score or 1.0) < 1.0, info
     assert (full[slow].score or 1.0) < (full[ref.id].score or 0.0), info
     assert run.payloads("best")[-1]["candidate"] == ref.id, info
+    assert run.summary["best"]["is_reference"] is True, "the summary says the best is the reference"
     best = load_solution(run.run_dir / "best" / "solution.json")
     assert best.sources[0].content == problem.definition.reference
     assert run.summary["evaluated"] == 1 and run.summary["best"]["candidate_id"] == ref.id

@@ -342,6 +342,11 @@ def _print_status(summary: dict[str, Any], console: Console) -> None:
             + (f", {sp:.2f}× over the eager reference" if sp else "")
             + ")"
         )
+        if best.get("is_reference"):
+            console.print(
+                "  (no candidate beat the reference: the best is the reference's own code, and "
+                "its reading away from 1× is the measurement's noise on this machine)"
+            )
     else:
         console.print("[red]no solution passed the full protocol[/]")
 
