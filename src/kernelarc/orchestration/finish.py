@@ -286,7 +286,7 @@ def run_status(store: Store, run_dir: Path) -> dict[str, Any]:
             "candidate_id": last.get("candidate"),
             "all_passed": bool(ev and ev[-1].result.passed),
             "speedup": ev[-1].result.score if ev else None,
-            "is_reference": bool(last.get("reference", False)),
+            "is_reference": last.get("reference"),  # None: a run from before it was kept
         }
     return {
         "problem": config.get("definition"),
