@@ -28,13 +28,13 @@ def guard() -> Iterator[Guard]:
         yield g
 
 
-def judge_with(guard: Guard, time_left: float) -> Judge:
+def judge_with(guard: Guard, time_left: float, full_iterations: int = 3) -> Judge:
     config = RunConfig(
         problem=str(EXAMPLE),
         definition=guard.problem.definition.name,
         agents=["a"],
         screen=StageConfig(rounds=1, warmup=1, iterations=3),
-        full=StageConfig(rounds=1, warmup=1, iterations=3),
+        full=StageConfig(rounds=1, warmup=1, iterations=full_iterations),
     )
     return Judge(guard, config, {}, lambda: time_left)
 
@@ -105,3 +105,18 @@ def test_the_reference_is_timed_with_the_candidates_protocol(guard: Guard) -> No
         f.latency,
         f.reference,
     )
+
+
+def test_screenings_retime_the_reference_full_stages_reuse_it(guard: Guard) -> None:
+    """Each screening times the reference again (beside the candidate); the full protocol
+    reuses the reference timing cached for the workload and protocol."""
+    j = judge_with(guard, 1e9, full_iterations=4)  # another protocol than the screening's
+    first = j.judge("c8", "a", "s", "refine", rms("retime_a"), [])
+    second = j.judge("c9", "a", "s", "refine", rms("retime_b"), [])
+    assert [n for n, _, _ in first] == [n for n, _, _ in second] == ["screen", "full"]
+    (_, s1, _), (_, f1, _) = first
+    (_, s2, _), (_, f2, _) = second
+    pairs = list(zip(s1.outcomes, s2.outcomes, strict=True))
+    assert pairs and all(a.reference is not b.reference for a, b in pairs), "screen: retimed"
+    pairs = list(zip(f1.outcomes, f2.outcomes, strict=True))
+    assert pairs and all(a.reference == b.reference for a, b in pairs), "full: the cached one"

@@ -70,6 +70,10 @@ class GuardConfig(BaseModel):
     seed: int = 200
     strict_precision: bool = False
     time_reference: bool = True
+    retime_reference: bool = False
+    """Time the reference again for this evaluation instead of reusing the timing cached
+    for the workload and protocol (the search's screenings: candidates screened minutes
+    apart are each compared with a reference timed under the same conditions)."""
     time_compiled_reference: bool = False
     cupti: str = Field(default="auto", pattern="^(auto|on|off)$")
     isolation: bool = True
@@ -279,12 +283,14 @@ class Guard:
         iterations: int | None = None,
         stop: Callable[[WorkloadOutcome], str | None] | None = None,
         session: CandidateSession | None = None,
+        retime_reference: bool = False,
     ) -> EvalResult:
         """Judge ``solution`` on ``workloads`` (all by default). ``rounds``/``warmup``/
         ``iterations`` override the configuration for this call (the search's screening
         stage; an ``iterations`` override also turns off the extension for tiny kernels).
         ``stop(outcome)`` is asked after each workload; a non-None answer (the reason) ends
-        the evaluation early: the remaining workloads are not judged.
+        the evaluation early: the remaining workloads are not judged. ``retime_reference``
+        times the reference again on each workload (``GuardConfig.retime_reference``).
 
         ``session`` (from :meth:`open_session` for the same solution) keeps the candidate's
         worker between calls, e.g. the search's screening and full stages: the solution is
@@ -295,13 +301,15 @@ class Guard:
 
         t0 = time.monotonic()
         chosen = list(workloads) if workloads is not None else list(self.problem.workloads)
-        update: dict[str, float] = {
+        update: dict[str, Any] = {
             k: v
             for k, v in (("rounds", rounds), ("warmup", warmup), ("iterations", iterations))
             if v is not None
         }
         if iterations is not None:  # a quick stage: exactly the calls asked for
             update["min_timed_ms"] = 0.0
+        if retime_reference:
+            update["retime_reference"] = True
         cfg = self.config.model_copy(update=update) if update else self.config
         self.reference()  # set up first: a reference that does not load is the user's error,
         # and every trace (even a COMPILE_ERROR one) then names the real hardware
@@ -422,13 +430,14 @@ class Guard:
     ) -> dict[str, Any]:
         """The reference (or its torch.compile) timed on ``wl`` with the timing protocol of
         ``cfg`` (default: the guard's): the same warm-up and timed calls as the candidate it
-        is compared with. Cached per workload and protocol for the guard's lifetime. (A
-        screening's 3 + 10 calls against a reference timed with 10 + 50 read the reference
-        itself as a candidate at 0.75x on the CPU: a fresh worker's first calls are slow.)"""
+        is compared with. Cached per workload and protocol for the guard's lifetime, unless
+        ``cfg.retime_reference`` asks for a new timing (which then replaces the cached one).
+        (A screening's 3 + 10 calls against a reference timed with 10 + 50 read the
+        reference itself as a candidate at 0.75-0.89x on the CPU: docs/GUARD.md.)"""
         cfg = cfg or self.config
         protocol = (cfg.warmup, cfg.iterations, cfg.min_timed_ms, cfg.max_iterations)
         key = (wl.uuid, compiled, *protocol, cfg.max_timed_ms)
-        if key not in self._ref_times:
+        if key not in self._ref_times or cfg.retime_reference:
             ref = self.reference()
             reply = ref.request(
                 {

@@ -152,6 +152,7 @@ class Judge:
         stage: StageConfig,
         best_first: float | None,
         session: CandidateSession,
+        retime_reference: bool = False,
     ) -> EvalResult:
         factor = self.config.hopeless_factor
 
@@ -181,6 +182,7 @@ class Judge:
             iterations=stage.iterations,
             stop=stop,
             session=session,
+            retime_reference=retime_reference,
         )
 
     def judge(
@@ -205,7 +207,11 @@ class Judge:
         )
         # One candidate worker for both stages (closed whatever happens).
         with contextlib.closing(self.guard.open_session(solution)) as session:
-            res = self._run(solution, self.screen_set, self.config.screen, best_first, session)
+            # Screenings decide which candidates go on: each is compared with a reference
+            # timed beside it, not minutes earlier (cheap: a few workloads, 3 + 10 calls).
+            res = self._run(
+                solution, self.screen_set, self.config.screen, best_first, session, True
+            )
             per = results_of(res.outcomes, self.bounds)
             screened = self._result(
                 candidate_id, agent, strategy, mode, "screen", per, res.stopped_early
