@@ -91,3 +91,11 @@ def module_from_source(source: str, name: str = "solution") -> types.ModuleType:
     mod = types.ModuleType(name)
     exec(compile(source, f"{name}.py", "exec"), mod.__dict__)
     return mod
+
+
+def incumbent_view(agent: str, cid: str, score: float, solution: Any) -> Any:
+    """A board entry: ``agent``'s incumbent ``cid`` (strategy = agent, no latencies)."""
+    from kernelarc.agents.types import IncumbentView
+
+    fields = {"agent": agent, "strategy": agent, "candidate_id": cid, "score": score}
+    return IncumbentView(**fields, latencies_ms={}, solution=solution)

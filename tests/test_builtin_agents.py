@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _shared import agent_context
+from _shared import agent_context, incumbent_view
 
 from kernelarc.agents.types import (
     AgentContext,
@@ -209,20 +209,10 @@ def _board_views(problem: Problem) -> tuple[IncumbentView, ...]:
     tf32 = policy_solution(ref.solution, d, policy_named("tf32"), name="p-tf32", what="ref")
     graph = graph_solution(ref.solution, d, name="g", what="ref")
 
-    def view(agent: str, cid: str, score: float, solution: Solution) -> IncumbentView:
-        return IncumbentView(
-            agent=agent,
-            strategy=agent,
-            candidate_id=cid,
-            score=score,
-            latencies_ms={},
-            solution=solution,
-        )
-
     return (
-        view("precision", "c3", 2.0, tf32),
-        view("cuda-graph", "c5", 3.0, graph),
-        view("reference", "c1", 5.0, ref.solution),
+        incumbent_view("precision", "c3", 2.0, tf32),
+        incumbent_view("cuda-graph", "c5", 3.0, graph),
+        incumbent_view("reference", "c1", 5.0, ref.solution),
     )
 
 
@@ -342,14 +332,8 @@ def test_must_draft_switches_family_and_links_to_the_board(problem: Problem) -> 
     assert ref is not None
 
     def view(agent: str, cid: str, score: float) -> IncumbentView:
-        return IncumbentView(
-            agent=agent,
-            strategy=agent,
-            candidate_id=cid,
-            score=score,
-            latencies_ms={},
-            solution=ref.solution,
-        )
+        entry: IncumbentView = incumbent_view(agent, cid, score, ref.solution)
+        return entry
 
     board = BoardSnapshot(
         incumbents=(view("compiler", "c9", 9.0), view("llm", "c2", 1.5), view("x", "c4", 1.2))

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 import torch
-from _shared import agent_context
+from _shared import agent_context, incumbent_view
 
 from kernelarc.agents.conformance import check_agent
 from kernelarc.agents.memory import code_marker
@@ -88,14 +88,8 @@ def _board(*views: IncumbentView) -> BoardSnapshot:
 
 
 def _view(agent: str, cid: str, score: float, solution: Solution) -> IncumbentView:
-    return IncumbentView(
-        agent=agent,
-        strategy=agent,
-        candidate_id=cid,
-        score=score,
-        latencies_ms={},
-        solution=solution,
-    )
+    view: IncumbentView = incumbent_view(agent, cid, score, solution)
+    return view
 
 
 def _result(ev: EvalResult, agent: str, candidate_id: str = "c1") -> CandidateResult:
