@@ -27,6 +27,7 @@ from kernelarc.agents.types import (
 from kernelarc.guard.evaluator import Guard
 from kernelarc.orchestration.config import RunConfig
 from kernelarc.orchestration.executor import Executor, LocalExecutor
+from kernelarc.orchestration.interrupts import DeferredInterrupt
 from kernelarc.orchestration.judge import Judge, significant, summarize_stages
 from kernelarc.orchestration.rundir import RunDir
 from kernelarc.problem.loader import Problem
@@ -90,12 +91,15 @@ class Orchestrator:
         """Their full-protocol latencies: candidate → workload uuid → ms."""
         self.started = time.monotonic()
         self.interrupted = False
+        self.sigint = DeferredInterrupt()
+        """Ctrl-C waits for the record being written (``interrupts.py``)."""
         self.on_event = on_event
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         """Log an event in the store and mirror it to ``events.jsonl``."""
-        ev = self.store.log_event(kind, payload)
-        self.dir.append_event(kind, payload, ev.at)
+        with self.sigint.critical():
+            ev = self.store.log_event(kind, payload)
+            self.dir.append_event(kind, payload, ev.at)
         if self.on_event is not None:
             self.on_event(kind, payload)
 
@@ -105,11 +109,19 @@ class Orchestrator:
         Ctrl-C), then finish: best solution, composition, summary. Returns the summary."""
         from kernelarc.orchestration.finish import finish
 
+        self.sigint.install()
+        try:
+            return self._run(finish)
+        finally:
+            self.sigint.uninstall()
+
+    def _run(self, finish: Callable[[Orchestrator], dict[str, Any]]) -> dict[str, Any]:
         self._restore()
         inflight: dict[Future[Any], str] = {}
         ready_at: dict[Future[Any], float] = {}  # ``told_s`` when each was first seen ready
         try:
             while self._budget_left() > 0 and self._time_left() > 0:
+                self.sigint.check()
                 for name in self._idle(inflight):
                     ctx = self._context(name)
                     self.asked[name] = self.board.version
@@ -261,6 +273,14 @@ class Orchestrator:
 
     # ------------------------------------------------------------------ tell
     def _tell(self, name: str, fut: Future[Any]) -> None:
+        with self.sigint.critical():  # the judgement itself stays interruptible
+            record = self._record(name, fut)
+        if record is not None:
+            self._judge(record)
+
+    def _record(self, name: str, fut: Future[Any]) -> CandidateRecord | None:
+        """The proposal's candidate, stored and written (None when there is nothing to
+        judge: an error, no proposal, a duplicate)."""
         try:
             proposal = fut.result()
         except Exception as e:
@@ -270,16 +290,16 @@ class Orchestrator:
             if self.errors[name] >= MAX_PROPOSE_ERRORS:
                 self.retired.add(name)
                 self.event("agent_retired", {"agent": name, "why": "errors"})
-            return
+            return None
         if proposal is None:
             others = set(self.agents) - self.retired - set(self.waiting) - {name}
             if self.config.board and self.agents[name].waits_for_board and others:
                 self.waiting[name] = self.asked.get(name, self.board.version)
                 self.event("agent_waiting", {"agent": name, "board_version": self.waiting[name]})
-                return
+                return None
             self.retired.add(name)
             self.event("agent_retired", {"agent": name, "why": "nothing to try"})
-            return
+            return None
         if not isinstance(proposal, Proposal):
             raise TypeError(f"agent {name} returned {type(proposal).__name__}, not a Proposal")
         dup = self.store.candidate_by_hash(proposal.solution.content_hash())
@@ -289,7 +309,7 @@ class Orchestrator:
                 cached = evals[-1].result.model_copy(update={"cached": True, "improved": False})
                 self.event("duplicate", {"agent": name, "of": dup.id})
                 self._observe(name, cached, store_conclusion=False)
-                return
+                return None
         record = self.store.add_candidate(
             CandidateRecord(
                 id=f"c{len(self.store.candidates()) + 1:04d}-{name}",
@@ -309,7 +329,7 @@ class Orchestrator:
             self.event(
                 "draft", {"agent": name, "candidate": record.id, "parent": proposal.parent_id}
             )
-        self._judge(record)
+        return record
 
     def _judge(self, record: CandidateRecord) -> None:
         name = record.agent
@@ -317,6 +337,13 @@ class Orchestrator:
         stages = self.judge.judge(
             record.id, name, record.strategy, record.mode, record.solution, screens
         )
+        with self.sigint.critical():  # the verdict is recorded whole, or Ctrl-C waits
+            self._record_verdict(record, stages)
+
+    def _record_verdict(
+        self, record: CandidateRecord, stages: list[tuple[str, Any, CandidateResult]]
+    ) -> None:
+        name = record.agent
         for _stage, ev, res in stages:
             self.store.add_evaluation(
                 EvaluationRecord(
