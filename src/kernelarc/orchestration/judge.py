@@ -210,7 +210,12 @@ class Judge:
             # Screenings decide which candidates go on: each is compared with a reference
             # timed beside it, not minutes earlier (cheap: a few workloads, 3 + 10 calls).
             res = self._run(
-                solution, self.screen_set, self.config.screen, best_first, session, True
+                solution,
+                self.screen_set,
+                self.config.screen,
+                best_first,
+                session,
+                retime_reference=True,
             )
             per = results_of(res.outcomes, self.bounds)
             screened = self._result(

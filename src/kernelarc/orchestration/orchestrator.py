@@ -107,15 +107,15 @@ class Orchestrator:
     def run(self) -> dict[str, Any]:
         """Search until the budget or the time limit is spent (or every agent is done, or
         Ctrl-C), then finish: best solution, composition, summary. Returns the summary."""
-        from kernelarc.orchestration.finish import finish
-
         self.sigint.install()
         try:
-            return self._run(finish)
+            return self._run()
         finally:
             self.sigint.uninstall()
 
-    def _run(self, finish: Callable[[Orchestrator], dict[str, Any]]) -> dict[str, Any]:
+    def _run(self) -> dict[str, Any]:
+        from kernelarc.orchestration.finish import finish
+
         self._restore()
         inflight: dict[Future[Any], str] = {}
         ready_at: dict[Future[Any], float] = {}  # ``told_s`` when each was first seen ready

@@ -31,9 +31,9 @@ first (:func:`policy_order`), stepping up after a tolerance miss. A policy appli
 base only when the base calls a matmul-like torch operation (matmul, ``@``, mm/bmm/addmm,
 linear, conv, einsum, attention...) and works in float32 (a float32 input or output, or
 float32 in its source); on problems without any such work (e.g. an elementwise bf16
-kernel) the agent proposes nothing. Learning: a tolerance
-failure of a policy on a base skips the lower-precision policies on that base; a
-REWARD_HACK[precision] verdict (strict mode) stops the agent.
+kernel) the agent proposes nothing. Learning: a tolerance failure of a policy on a base
+skips the lower-precision policies on that base; a REWARD_HACK[precision] verdict (strict
+mode) stops the agent.
 
 Not covered: fp16 policies, per-operation precision (only whole-call policies), Triton
 ``tl.dot`` input precision (TF32 switches do not reach Triton kernels), C++ bases.
@@ -288,11 +288,13 @@ class PrecisionAgent(Agent):
             bases.append(_Base(REFERENCE_BASE, "the reference", reference, None, {}))
         return bases
 
-    def _plans(self, context: AgentContext) -> list[tuple[PrecisionPolicy, _Base]]:
+    def _plans(
+        self, context: AgentContext, order: Sequence[PrecisionPolicy]
+    ) -> list[tuple[PrecisionPolicy, _Base]]:
         bases = self._bases(context)
         return [
             (policy, base)
-            for policy in policy_order(context.device, context.tolerances)
+            for policy in order
             for base in bases
             if f"{policy.name}@{base.key}" not in self._tried
             and policy.level < self._floors.get(base.key, len(POLICIES) + 1)
@@ -304,8 +306,8 @@ class PrecisionAgent(Agent):
         definition = context.definition
         self._classes = WorkloadClasses.of(definition, context.workloads)
         self._var_axes = [n for n, a in definition.axes.items() if a.type == "var"]
-        plans = self._plans(context)
-        lead = policy_order(context.device, context.tolerances)[0]
+        order = policy_order(context.device, context.tolerances)
+        plans, lead = self._plans(context, order), order[0]
         if context.must_draft and self._tried and plans:
             last = self._tried[-1].split("@", 1)[0]
             plans.sort(key=lambda pb: pb[0].name == last)  # another policy first (stable)
