@@ -1,9 +1,11 @@
 """What one judgement of a problem's reference costs, phase by phase, on few workloads.
 
     python benchmarks/judge_cost_probe.py PROBLEM_DIR [--workloads 1] [--rounds 1]
-        [--iterations 3] [--device cuda]
+        [--iterations 3] [--device cuda] [--solution SOLUTION.json] [--repeat 1]
 
-The reference itself is the candidate (an honest solution, so every workload should pass);
+The reference itself is the candidate (an honest solution, so every workload should pass),
+or ``--solution``'s; ``--repeat N`` judges it N times in one guard (later ones reuse the
+cached reference timings, as the search's later candidates do);
 ``--workloads N`` takes the N smallest by input size. Prints the guard's phase times
 (worker start, build, correctness, timing) and per-workload latencies, to say whether the
 search's full protocol fits in a time limit before spending one on it (e.g. problems with
@@ -23,7 +25,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from kernelarc.guard.evaluator import Guard, GuardConfig  # noqa: E402
 from kernelarc.problem.inputs import estimate_input_bytes  # noqa: E402
-from kernelarc.problem.loader import load_problem  # noqa: E402
+from kernelarc.problem.loader import load_problem, load_solution  # noqa: E402
 from kernelarc.proposers.builtin import reference_solution  # noqa: E402
 
 
@@ -37,13 +39,18 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--cupti", choices=["auto", "on", "off"], default="auto")
+    ap.add_argument("--solution", type=Path, default=None)
+    ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
     problem = load_problem(args.problem)
     d = problem.definition
     wls = sorted(problem.workloads, key=lambda w: estimate_input_bytes(d, w))[: args.workloads]
-    solution = reference_solution(
-        d, agent="probe", description="The reference as a candidate (judge cost probe)."
-    )
+    if args.solution is not None:
+        solution = load_solution(args.solution)
+    else:
+        solution = reference_solution(
+            d, agent="probe", description="The reference as a candidate (judge cost probe)."
+        )
     cfg = GuardConfig(
         device=args.device,
         rounds=args.rounds,
@@ -54,26 +61,35 @@ def main() -> None:
         cupti=args.cupti,
     )
     t0 = time.monotonic()
+    results = []
     with Guard(problem, cfg) as guard:
         setup = time.monotonic() - t0
-        res = guard.evaluate(solution, wls)
+        for _ in range(max(1, args.repeat)):
+            results.append(guard.evaluate(solution, wls))
+        exchange = "cuda-ipc" if guard.gpu_exchange else "files"
     total = time.monotonic() - t0
+    res = results[-1]
     rows = [
         {
             "axes": o.workload.axes,
             "status": o.status.value,
             "latency_ms": o.latency_ms,
             "reference_ms": o.reference_ms,
+            "pool": (o.latency or {}).get("pool"),
+            "timed_calls": (o.latency or {}).get("n"),
+            "notes": o.notes[:4],
             "log": (o.log or "")[:300],
         }
         for o in res.outcomes
     ]
     report = {
         "problem": d.name,
+        "solution": solution.name,
         "guard_setup_s": round(setup, 2),
-        "evaluate_wall_s": round(res.wall_s, 2),
+        "evaluate_wall_s": [round(r.wall_s, 2) for r in results],
         "total_s": round(total, 2),
-        "phases_s": {k: round(v, 2) for k, v in res.phases_s.items()},
+        "exchange": exchange,
+        "phases_s": [{k: round(v, 2) for k, v in r.phases_s.items()} for r in results],
         "config": {
             "cupti": args.cupti,
             "rounds": args.rounds,

@@ -67,6 +67,20 @@ def _viol(vs: list[Violation]) -> list[dict[str, str]]:
     return [{"check": v.check, "detail": v.detail} for v in vs]
 
 
+def _shifted(values: list[Any], shift: int) -> list[Any]:
+    """``values`` with every tensor moved to a fresh allocation ``shift`` elements in, one at a
+    time (the list is changed in place, and each old tensor is freed before the next is
+    copied when nothing else holds it: an input set of tens of GB needs one tensor's size
+    more, not its own)."""
+    from kernelarc.guard.timing import shifted_copy
+
+    for n, t in enumerate(values):
+        values[n] = None
+        values[n] = shifted_copy(t, shift)
+        del t
+    return values
+
+
 def _storage_range(t: Any) -> tuple[int, int]:
     s = t.untyped_storage()
     return s.data_ptr(), s.data_ptr() + s.nbytes()
@@ -78,6 +92,7 @@ class CandidateRole:
 
         import kernelarc.guard.candidate as self_mod
         import kernelarc.guard.compare as compare_mod
+        import kernelarc.guard.cuda_ipc as ipc_mod
         import kernelarc.guard.protocol as protocol_mod
         import kernelarc.guard.sentinel as sentinel_mod
         import kernelarc.guard.timing as timing_mod
@@ -108,11 +123,12 @@ class CandidateRole:
         )
         self.notes: list[str] = []
         self._slots = protocol_mod.SlotWriter()
+        self._exporter = ipc_mod.Exporter()
         if _uses_inductor(Path(art["root"])):
             self.notes += _prewarm_inductor()
         self.sentinel.install()
         self.sentinel.arm(
-            [self_mod, compare_mod, protocol_mod, sentinel_mod, timing_mod, worker_mod]
+            [self_mod, compare_mod, ipc_mod, protocol_mod, sentinel_mod, timing_mod, worker_mod]
         )
         self.fn: Any = None
         self.load_error: dict[str, Any] | None = None
@@ -224,15 +240,25 @@ class CandidateRole:
                     )
         return found
 
-    def _write(self, outs: tuple[Any, ...], tag: str, exchange: Path) -> list[dict[str, Any]]:
+    def _write(
+        self, outs: tuple[Any, ...], tag: str, exchange: Path, ipc: bool
+    ) -> list[dict[str, Any]]:
+        """Headers of the outputs for the reference worker: large CUDA outputs handed over on
+        the GPU when ``ipc`` (kept alive until the next request), the rest through files."""
         import torch
+
+        from kernelarc.guard.protocol import WIRE_DTYPES
 
         headers = []
         for name, t in zip(self.definition.outputs, outs, strict=False):
             if not isinstance(t, torch.Tensor):
                 headers.append({"kind": "object", "type": type(t).__qualname__})
                 continue
-            headers.append(self._slots.write(t, exchange / f"{tag}_{name}.bin"))
+            dtype = str(t.dtype).removeprefix("torch.")
+            if ipc and dtype in WIRE_DTYPES and self._exporter.wanted(t):
+                headers.append(self._exporter.export(t, dtype))
+            else:
+                headers.append(self._slots.write(t, exchange / f"{tag}_{name}.bin"))
         return headers
 
     def _bad_count(self, outs: tuple[Any, ...]) -> dict[str, Any] | None:
@@ -253,6 +279,7 @@ class CandidateRole:
 
         wl = Workload.model_validate(msg["workload"])
         seed = int(msg["seed"])
+        self._exporter.release()  # the reference worker has copied what it needed
         with self.sentinel.harness():
             inputs = self._generate(wl, seed)
             outputs = self._alloc_outputs(wl) if self.dps else []
@@ -304,7 +331,8 @@ class CandidateRole:
             if bad:
                 return {**bad, "violations": _viol(self.sentinel.take() + found)}
             ok_types = not any(v.check == "output-type" for v in found)
-            headers = self._write(outs, "round", Path(msg["exchange_dir"])) if ok_types else []
+            ipc = bool(msg.get("ipc"))
+            headers = self._write(outs, "round", Path(msg["exchange_dir"]), ipc) if ok_types else []
         return {
             "ok": True,
             "outputs": headers,
@@ -314,18 +342,23 @@ class CandidateRole:
 
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
 
-        from kernelarc.guard.timing import poison, pool_size, shifted_copy, tensor_bytes, time_calls
+        from kernelarc.guard.timing import poison, pool_size, tensor_bytes, time_calls
         from kernelarc.problem.schema import Workload
 
         wl = Workload.model_validate(msg["workload"])
         calls = int(msg["warmup"]) + int(msg["iterations"])
+        self._exporter.release()
+        self._timed.clear()  # a re-check not asked for: its buffers go
         with self.sentinel.harness():
-            first = [shifted_copy(t, 64) for t in self._generate(wl, int(msg["seeds"][0]))]
-            n_pool = pool_size(tensor_bytes(first), min(calls, len(msg["seeds"])), self.device)
+            first = _shifted(self._generate(wl, int(msg["seeds"][0])), 64)
+            n_pool = pool_size(
+                tensor_bytes(first),
+                min(calls, len(msg["seeds"])),
+                self.device,
+                cap=int(msg.get("pool_sets", 0)),
+            )
             seeds = [int(s) for s in msg["seeds"][:n_pool]]
-            pool = [first] + [
-                [shifted_copy(t, 64) for t in self._generate(wl, s)] for s in seeds[1:]
-            ]
+            pool = [first] + [_shifted(self._generate(wl, s), 64) for s in seeds[1:]]
             outs = [self._alloc_outputs(wl) if self.dps else [] for _ in seeds]
         # Outputs kept for the judge: the middle timed call's and the latest call's. Any
         # other call's outputs are released before the next call (outside the timed region):
@@ -351,7 +384,8 @@ class CandidateRole:
                     state["cycle"] += 1
                     shift = 64 * (1 + state["cycle"] % 32)
                     for j, entry in enumerate(pool):
-                        pool[j] = [shifted_copy(t, shift) for t in entry]
+                        argsets[j] = []  # its old tensors go as each is moved
+                        pool[j] = _shifted(entry, shift)
                         argsets[j] = self._args(pool[j], outs[j])
                 for t in outs[i % k]:
                     poison(t)
@@ -392,13 +426,17 @@ class CandidateRole:
         if res.escaped:
             found.append(Violation("stream-escape", res.escape_detail))
         with self.sentinel.harness():
-            sampled = {}
-            for idx in sorted({mid, calls - 1}):
+            sampled = []  # [seed, headers]: with a one-set pool both calls had one seed
+            for n, idx in enumerate(sorted({mid, calls - 1})):
                 if idx in kept:
                     j = idx % k
-                    sampled[str(seeds[j])] = self._write(
-                        self._results(kept[idx], outs[j]), f"timed{j}", Path(msg["exchange_dir"])
+                    headers = self._write(
+                        self._results(kept[idx], outs[j]),
+                        f"timed{n}",
+                        Path(msg["exchange_dir"]),
+                        bool(msg.get("ipc")),
                     )
+                    sampled.append([seeds[j], headers])
         final = (calls - 1) % k
         self._timed = {wl.uuid: (pool[final], outs[final])}
         pool.clear()

@@ -67,6 +67,12 @@ class GuardConfig(BaseModel):
         description="fewer timed calls (at least 10) when iterations x the warm-up median "
         "measures more than this; 0 turns the shortening off",
     )
+    pool_sets: int = Field(
+        default=0,
+        ge=0,
+        description="most distinct input sets in a timing pool (0: as many as fit, "
+        "see timing.pool_size); the same for candidates and the reference",
+    )
     seed: int = 200
     strict_precision: bool = False
     time_reference: bool = True
@@ -159,6 +165,9 @@ class Guard:
         self._ref_times: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._workers = 0
         self._use_cupti = self._cupti_wanted()
+        self.gpu_exchange = self.device.startswith("cuda")
+        """Large CUDA outputs cross to the reference worker on the GPU (``cuda_ipc.py``);
+        turned off for the guard's life when the environment refuses it."""
         # Both kinds of worker start now, in parallel: the reference (set up on first use)
         # and the first candidate's process (torch imported while the caller goes on).
         self._ref_started: WorkerProcess | None = self._new_worker("reference")
@@ -436,7 +445,7 @@ class Guard:
         reference itself as a candidate at 0.75-0.89x on the CPU: docs/GUARD.md.)"""
         cfg = cfg or self.config
         protocol = (cfg.warmup, cfg.iterations, cfg.min_timed_ms, cfg.max_iterations)
-        key = (wl.uuid, compiled, *protocol, cfg.max_timed_ms)
+        key = (wl.uuid, compiled, *protocol, cfg.max_timed_ms, cfg.pool_sets)
         if key not in self._ref_times or cfg.retime_reference:
             ref = self.reference()
             reply = ref.request(
@@ -449,6 +458,7 @@ class Guard:
                     "min_timed_ms": cfg.min_timed_ms,
                     "max_iterations": cfg.max_iterations,
                     "max_timed_ms": cfg.max_timed_ms,
+                    "pool_sets": cfg.pool_sets,
                     "compiled": compiled,
                     "cupti": self._use_cupti,
                 },

@@ -173,7 +173,8 @@ class SlotWriter:
 
 
 def read_tensor(header: dict[str, Any], device: Any) -> Any:
-    """Re-assemble a tensor written by :meth:`SlotWriter.write`, validating the header."""
+    """Re-assemble a tensor written by :meth:`SlotWriter.write` (or exported by
+    ``cuda_ipc.Exporter``), validating the header."""
     import torch
 
     name = header.get("dtype")
@@ -187,6 +188,12 @@ def read_tensor(header: dict[str, Any], device: Any) -> Any:
     for d in shape:
         numel *= d
     itemsize = torch.empty(0, dtype=dtype).element_size()
+    if "ipc" in header:  # a large CUDA output handed over on the GPU (guard/cuda_ipc.py)
+        from kernelarc.guard.cuda_ipc import read_ipc
+
+        if torch.device(device).type != "cuda":
+            raise ValueError("a CUDA IPC header for a device that is not CUDA")
+        return read_ipc(header, dtype, shape, numel * itemsize, device)
     path = Path(str(header.get("file")))
     size = path.stat().st_size
     if size != numel * itemsize:

@@ -56,6 +56,10 @@ _CHECK_STATUS = {
 }
 
 
+class ExchangeFailed(RuntimeError):
+    """The reference worker could not open a CUDA IPC handle (the environment's doing)."""
+
+
 class CandidateSession:
     def __init__(self, guard: Guard, solution: Solution, config: GuardConfig | None = None) -> None:
         self.guard, self.solution = guard, solution
@@ -156,7 +160,13 @@ class CandidateSession:
         try:
             if self.fatal is not None:
                 raise self.fatal
-            self._judge(wl, outcome, deadline)
+            try:
+                self._judge(wl, outcome, deadline)
+            except ExchangeFailed as e:  # judged again from the start, through files
+                self.guard.gpu_exchange = False
+                outcome.notes.append(f"outputs cross through files: CUDA IPC failed ({e})")
+                outcome.correctness = None
+                self._judge(wl, outcome, deadline)
             outcome.notes += self.setup_notes
         except Verdict as v:
             outcome.status, outcome.log, outcome.check = v.status, v.log, v.check
@@ -221,6 +231,8 @@ class CandidateSession:
             },
             deadline,
         )
+        if reply.get("exchange_failed"):
+            raise ExchangeFailed(str(reply["exchange_failed"]))
         for check in reply["checks"]:
             status = check.get("status")
             if status == "ok":
@@ -260,6 +272,7 @@ class CandidateSession:
                 "workload": wl.model_dump(mode="json"),
                 "seed": seed,
                 "exchange_dir": str(self.guard.tmp),
+                "ipc": self.guard.gpu_exchange,
                 **extra,
             },
             deadline,
@@ -289,7 +302,9 @@ class CandidateSession:
                 "min_timed_ms": cfg.min_timed_ms,
                 "max_iterations": cfg.max_iterations,
                 "max_timed_ms": cfg.max_timed_ms,
+                "pool_sets": cfg.pool_sets,
                 "exchange_dir": exchange,
+                "ipc": self.guard.gpu_exchange,
                 "cupti": self.guard._use_cupti,
             },
             deadline,
@@ -297,9 +312,9 @@ class CandidateSession:
         )
         self._tick("timing", t1)
         t2 = time.monotonic()
-        for seed_text, headers in timed["sampled"].items():
+        for seed, headers in timed["sampled"]:
             try:
-                self._judge_round(wl, int(seed_text), headers, outcome, deadline, "timed call")
+                self._judge_round(wl, int(seed), headers, outcome, deadline, "timed call")
             except Verdict as v:
                 if v.status in _KEEP:
                     raise

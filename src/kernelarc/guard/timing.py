@@ -288,18 +288,38 @@ def _check_escape(
         )
 
 
-def pool_size(input_bytes: int, calls: int, device: Any) -> int:
+def pool_size(input_bytes: int, calls: int, device: Any, cap: int = 0) -> int:
     """How many distinct input sets to keep: all calls when they fit in a memory budget
-    (a fifth of free device memory, at most 2 GiB; 1 GiB on the CPU), at least 2."""
+    (a fifth of free device memory, at most 2 GiB; 1 GiB on the CPU), at least 2 — except
+    when a second set would take over half of the free memory (inputs of tens of GB): then
+    one, moved to a new address before every call (pointers still never repeat, but a
+    result cached by the inputs' content is not defeated, see docs/GUARD.md). ``cap`` (when
+    positive) is the most sets kept."""
     import torch
 
+    per = max(int(input_bytes), 1)
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         budget = min(2 << 30, free // 5)
     else:
+        free = _host_available()
         budget = 1 << 30
-    per = max(int(input_bytes), 1)
-    return int(max(2, min(calls, budget // per)))
+    if free and per > free // 2:
+        return 1
+    n = int(max(2, min(calls, budget // per)))
+    return min(n, cap) if cap > 0 else n
+
+
+def _host_available() -> int:
+    """Bytes of host memory available (0 when unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return 0
 
 
 def tensor_bytes(values: Sequence[Any]) -> int:

@@ -187,6 +187,7 @@ class ReferenceRole:
     def compare(self, msg: dict[str, Any]) -> dict[str, Any]:
 
         from kernelarc.guard.compare import check_output
+        from kernelarc.guard.cuda_ipc import ExchangeUnavailable
         from kernelarc.guard.protocol import read_tensor
         from kernelarc.problem.axes import resolve_axes, resolve_shape
         from kernelarc.problem.inputs import torch_dtype
@@ -200,15 +201,19 @@ class ReferenceRole:
         tol = Tolerance.model_validate(msg["tolerance"])
         env = resolve_axes(self.definition, wl)
         checks = []
+        exchange = "files"
         for (name, spec), ref, header in zip(
             self.definition.outputs.items(), refs, msg["outputs"], strict=True
         ):
             shape = resolve_shape(spec.shape, env) or ()
             try:  # the file stays: the candidate reuses it (its pages are already mapped)
                 out = read_tensor(header, self.device)
+            except ExchangeUnavailable as e:  # the environment's fault, not the candidate's
+                return {"ok": True, "checks": [], "exchange_failed": f"output {name}: {e}"}
             except (ValueError, OSError) as e:
                 checks.append({"status": "type", "message": f"output {name}: {e}"})
                 continue
+            exchange = "cuda-ipc" if "ipc" in header else exchange
             res = check_output(
                 name,
                 out,
@@ -220,10 +225,13 @@ class ReferenceRole:
             )
             checks.append(res.model_dump(mode="json"))
             del out
-        if msg.get("drop"):
-            old = self.cache.pop(key)
-            self.cache_bytes -= sum(t.numel() * t.element_size() for t in old)
-        return {"ok": True, "checks": checks}
+        size = sum(t.numel() * t.element_size() for t in refs)
+        # An entry larger than the whole cache (outputs of tens of GB) is not kept once
+        # judged: it would hold the memory the next round's candidate needs.
+        if msg.get("drop") or size > self.cache_limit:
+            self.cache.pop(key)
+            self.cache_bytes -= size
+        return {"ok": True, "checks": checks, "exchange": exchange}
 
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
         import torch
@@ -244,7 +252,12 @@ class ReferenceRole:
         # reference is not timed on hotter caches than the solutions it is compared with.
         calls = int(msg["warmup"]) + int(msg["iterations"])
         first = list(self._inputs(wl, int(msg["seeds"][0])).values.values())
-        n_pool = pool_size(tensor_bytes(first), min(calls, len(msg["seeds"])), self.device)
+        n_pool = pool_size(
+            tensor_bytes(first),
+            min(calls, len(msg["seeds"])),
+            self.device,
+            cap=int(msg.get("pool_sets", 0)),
+        )
         pool = [first] + [
             list(self._inputs(wl, int(s)).values.values()) for s in msg["seeds"][1:n_pool]
         ]

@@ -1,0 +1,202 @@
+"""Problems whose tensors fill most of the GPU (L2 025: 25.8 GB of inputs and as much output
+per call): the one-set timing pool, inputs moved one tensor at a time, reference outputs
+not cached past their comparison, and outputs handed to the reference worker over CUDA IPC
+(``guard/cuda_ipc.py``).
+
+CPU: the pool rules, the protocol's header checks, and whole evaluations with a one-set pool
+(``GuardConfig.pool_sets=1``), among them a pointer-caching cheat that must still be caught.
+GPU (skipped without CUDA): a handle exported by another process read back, forged headers
+refused, and whole evaluations whose outputs cross over IPC (right and wrong solutions).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelarc.examples import example_dir
+from kernelarc.guard import timing
+from kernelarc.guard.candidate import _shifted
+from kernelarc.guard.evaluator import Guard, GuardConfig
+from kernelarc.problem.loader import load_problem
+from kernelarc.problem.schema import Solution
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
+
+
+def test_pool_is_one_set_when_a_second_would_take_half_the_free_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(timing, "_host_available", lambda: 100 << 20)
+    assert timing.pool_size(60 << 20, 50, cpu) == 1
+    assert timing.pool_size(40 << 20, 50, cpu) >= 2
+    monkeypatch.setattr(timing, "_host_available", lambda: 0)  # unknown: the old rule
+    assert timing.pool_size(600 << 20, 50, cpu) == 2
+    assert timing.pool_size(1 << 10, 50, cpu) == 50
+    assert timing.pool_size(1 << 10, 50, cpu, cap=3) == 3
+    assert timing.pool_size(1 << 10, 50, cpu, cap=1) == 1
+
+
+def test_shifted_moves_every_tensor_and_keeps_values() -> None:
+    a, b = torch.arange(10.0), torch.ones(3, 4)
+    values = [a, 7, b]
+    ptrs = (a.data_ptr(), b.data_ptr())
+    out = _shifted(values, 64)
+    assert out is values and out[1] == 7
+    assert torch.equal(out[0], torch.arange(10.0)) and torch.equal(out[2], torch.ones(3, 4))
+    assert (out[0].data_ptr(), out[2].data_ptr()) != ptrs
+
+
+def test_ipc_headers_are_refused_off_cuda_and_when_malformed() -> None:
+    from kernelarc.guard.cuda_ipc import read_ipc
+    from kernelarc.guard.protocol import read_tensor
+
+    header = {"ipc": "00" * 64, "offset": 0, "dtype": "float32", "shape": [4], "nbytes": 16}
+    with pytest.raises(ValueError, match="not CUDA"):
+        read_tensor(header, "cpu")
+    for bad in ({"ipc": "00" * 3}, {"ipc": "zz" * 64}, {"offset": -1}, {"nbytes": 99}):
+        with pytest.raises(ValueError):
+            read_ipc({**header, **bad}, torch.float32, [4], 16, "cpu")
+
+
+def _solution(path: Path, name: str, dps: bool = True) -> Solution:
+    return Solution.model_validate(
+        {
+            "name": name,
+            "definition": "rmsnorm_h512",
+            "author": "test",
+            "spec": {
+                "languages": ["pytorch"],
+                "entry_point": f"{path.name}::run",
+                "destination_passing_style": dps,
+            },
+            "sources": [{"path": path.name, "content": path.read_text()}],
+        }
+    )
+
+
+def test_one_set_pool_judges_and_still_catches_pointer_caching() -> None:
+    problem = load_problem(example_dir("rmsnorm_h512"))
+    cfg = GuardConfig(
+        device="cpu", rounds=2, warmup=2, iterations=12, pool_sets=1, warm_spare=False
+    )
+    legit = _solution(CORPUS / "legit" / "functional_rms_norm.py", "legit")
+    cheat = _solution(CORPUS / "evil" / "recheck_data_ptr.py", "cheat")
+    wl = problem.workloads[:1]
+    with Guard(problem, cfg) as guard:
+        res = guard.evaluate(legit, workloads=wl)
+        bad = guard.evaluate(cheat, workloads=wl).traces[0].evaluation
+    ok = res.traces[0].evaluation
+    assert ok is not None and ok.status.value == "PASSED", ok and ok.log
+    assert (res.outcomes[0].latency or {}).get("pool") == 1
+    assert bad is not None and bad.status.value == "REWARD_HACK", bad and bad.status
+    assert bad.log.startswith("REWARD_HACK[recheck]"), bad.log
+
+
+# ---------------------------------------------------------------- GPU
+
+_EXPORTER = textwrap.dedent(
+    """
+    import json, sys, torch
+    from kernelarc.guard.cuda_ipc import Exporter
+    t = torch.arange({n}, dtype=torch.float32, device="cuda") * 0.5
+    ex = Exporter()
+    print(json.dumps(ex.export(t[{start}:], "float32")), flush=True)
+    sys.stdin.readline()
+    """
+)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_handle_from_another_process_reads_back_and_forgeries_are_refused() -> None:
+    from kernelarc.guard.cuda_ipc import IPC_MIN_BYTES, ExchangeUnavailable, read_ipc
+
+    n, start = IPC_MIN_BYTES // 4 + 1024, 256
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _EXPORTER.format(n=n, start=start)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        header = json.loads(proc.stdout.readline())
+        m = n - start
+        got = read_ipc(header, torch.float32, [m], 4 * m, "cuda")
+        want = torch.arange(start, n, dtype=torch.float32, device="cuda") * 0.5
+        assert torch.equal(got, want)
+        with pytest.raises(ValueError, match="allocation holds"):
+            read_ipc({**header, "nbytes": 4 * (m + (64 << 20))}, torch.float32,
+                     [m + (64 << 20)], 4 * (m + (64 << 20)), "cuda")  # fmt: skip
+        with pytest.raises(ExchangeUnavailable):
+            read_ipc({**header, "ipc": "ab" * 64}, torch.float32, [m], 4 * m, "cuda")
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+    finally:
+        proc.wait(timeout=60)
+
+
+_BIG = """import torch
+
+
+def run(x):
+    return x * 2.0 + 1.0
+"""
+
+
+def _big_problem(root: Path) -> Path:
+    from kernelarc.guard.cuda_ipc import IPC_MIN_BYTES
+
+    d = root / "big_affine"
+    d.mkdir()
+    definition = {
+        "name": "big_affine",
+        "axes": {"n": {"type": "var"}},
+        "inputs": {"x": {"shape": ["n"], "dtype": "float32"}},
+        "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
+        "reference": _BIG,
+    }
+    (d / "definition.json").write_text(json.dumps(definition))
+    wl = {"uuid": "w-big", "axes": {"n": IPC_MIN_BYTES // 4}, "inputs": {"x": {"type": "random"}}}
+    (d / "workload.jsonl").write_text(json.dumps(wl) + "\n")
+    return d
+
+
+def _big_solution(body: str, name: str) -> Solution:
+    return Solution.model_validate(
+        {
+            "name": name,
+            "definition": "big_affine",
+            "author": "test",
+            "spec": {
+                "languages": ["pytorch"],
+                "entry_point": "s.py::run",
+                "destination_passing_style": False,
+            },
+            "sources": [{"path": "s.py", "content": f"import torch\n\n\ndef run(x):\n{body}\n"}],
+        }
+    )
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_outputs_cross_over_cuda_ipc_right_and_wrong(tmp_path: Path) -> None:
+    problem = load_problem(_big_problem(tmp_path))
+    cfg = GuardConfig(device="cuda", rounds=2, warmup=2, iterations=10, warm_spare=False)
+    right = _big_solution("    return torch.add(x, x).add_(1.0)", "ok")
+    wrong = _big_solution("    return x * 2.0 + 1.5", "off")
+    with Guard(problem, cfg) as guard:
+        ok = guard.evaluate(right).traces[0].evaluation
+        assert guard.gpu_exchange, "CUDA IPC was turned off: the environment refused it"
+        bad = guard.evaluate(wrong).traces[0].evaluation
+    assert ok is not None and ok.status.value == "PASSED", ok and ok.log
+    assert bad is not None and bad.status.value == "INCORRECT_NUMERICAL", bad and bad.log
