@@ -200,3 +200,28 @@ def test_outputs_cross_over_cuda_ipc_right_and_wrong(tmp_path: Path) -> None:
         bad = guard.evaluate(wrong).traces[0].evaluation
     assert ok is not None and ok.status.value == "PASSED", ok and ok.log
     assert bad is not None and bad.status.value == "INCORRECT_NUMERICAL", bad and bad.log
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_large_files_are_read_from_a_kept_pinned_mapping(tmp_path: Path) -> None:
+    from kernelarc.guard.protocol import PINNED_READ_BYTES, SlotReader, SlotWriter
+
+    n = PINNED_READ_BYTES // 4
+    writer, reader = SlotWriter(), SlotReader()
+    try:
+        path = tmp_path / "slot0_y.bin"
+        for k in (1.0, 2.0):  # the same file written again: the mapping is reused
+            t = torch.full((n,), k, device="cuda")
+            got = reader.read(writer.write(t, path), "cuda")
+            assert torch.equal(got, t)
+        path.unlink()  # replaced by a new file: read afresh, not from the old mapping
+        writer.close()
+        writer = SlotWriter()
+        t = torch.full((n,), 3.0, device="cuda")
+        assert torch.equal(reader.read(writer.write(t, path), "cuda"), t)
+        with pytest.raises(ValueError, match="header implies"):
+            reader.read({"file": str(path), "dtype": "float32", "shape": [n + 1]}, "cuda")
+    finally:
+        writer.close()
+        reader.close()

@@ -332,7 +332,7 @@ class CandidateRole:
                 return {**bad, "violations": _viol(self.sentinel.take() + found)}
             ok_types = not any(v.check == "output-type" for v in found)
             ipc = bool(msg.get("ipc"))
-            headers = self._write(outs, "round", Path(msg["exchange_dir"]), ipc) if ok_types else []
+            headers = self._write(outs, "slot0", Path(msg["exchange_dir"]), ipc) if ok_types else []
         return {
             "ok": True,
             "outputs": headers,
@@ -432,7 +432,7 @@ class CandidateRole:
                     j = idx % k
                     headers = self._write(
                         self._results(kept[idx], outs[j]),
-                        f"timed{n}",
+                        f"slot{n}",  # one file per output and slot, rounds share slot0
                         Path(msg["exchange_dir"]),
                         bool(msg.get("ipc")),
                     )

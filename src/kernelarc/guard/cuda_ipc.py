@@ -37,14 +37,30 @@ class ExchangeUnavailable(RuntimeError):
     """CUDA IPC cannot be used here (driver missing, or the handle does not open)."""
 
 
+class _Handle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * _HANDLE_BYTES)]
+
+
 class _Driver:
-    """The four driver calls used, from ``libcuda.so.1`` (loaded on first use)."""
+    """The four driver calls used, from ``libcuda.so.1`` (loaded on first use), with their
+    argument types declared (the handle is passed by value)."""
 
     def __init__(self) -> None:
         try:
-            self.lib = ctypes.CDLL("libcuda.so.1")
+            lib = ctypes.CDLL("libcuda.so.1")
         except OSError as e:
             raise ExchangeUnavailable(f"libcuda.so.1 not loadable: {e}") from e
+        u64, ptr64 = ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)
+        sigs = {
+            "cuMemGetAddressRange_v2": [ptr64, ctypes.POINTER(ctypes.c_size_t), u64],
+            "cuIpcGetMemHandle": [ctypes.POINTER(_Handle), u64],
+            "cuIpcOpenMemHandle_v2": [ptr64, _Handle, ctypes.c_uint],
+            "cuIpcCloseMemHandle": [u64],
+        }
+        for name, argtypes in sigs.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = argtypes, ctypes.c_int
+        self.lib = lib
 
     def _call(self, name: str, *args: Any) -> None:
         rc = getattr(self.lib, name)(*args)
@@ -53,28 +69,23 @@ class _Driver:
 
     def address_range(self, ptr: int) -> tuple[int, int]:
         base, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
-        self._call(
-            "cuMemGetAddressRange_v2", ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)
-        )
+        self._call("cuMemGetAddressRange_v2", ctypes.byref(base), ctypes.byref(size), ptr)
         return int(base.value), int(size.value)
 
     def get_handle(self, base: int) -> bytes:
-        buf = (ctypes.c_char * _HANDLE_BYTES)()
-        self._call("cuIpcGetMemHandle", buf, ctypes.c_uint64(base))
-        return bytes(buf)
+        h = _Handle()
+        self._call("cuIpcGetMemHandle", ctypes.byref(h), base)
+        return ctypes.string_at(ctypes.addressof(h), _HANDLE_BYTES)
 
     def open_handle(self, handle: bytes) -> int:
-        class _Handle(ctypes.Structure):
-            _fields_ = [("reserved", ctypes.c_char * _HANDLE_BYTES)]
-
         h = _Handle()
-        ctypes.memmove(h.reserved, handle, _HANDLE_BYTES)
+        ctypes.memmove(ctypes.addressof(h), handle, _HANDLE_BYTES)
         ptr = ctypes.c_uint64(0)
-        self._call("cuIpcOpenMemHandle_v2", ctypes.byref(ptr), h, ctypes.c_uint(_LAZY_PEER_ACCESS))
+        self._call("cuIpcOpenMemHandle_v2", ctypes.byref(ptr), h, _LAZY_PEER_ACCESS)
         return int(ptr.value)
 
     def close_handle(self, ptr: int) -> None:
-        self._call("cuIpcCloseMemHandle", ctypes.c_uint64(ptr))
+        self._call("cuIpcCloseMemHandle", ptr)
 
 
 @dataclass

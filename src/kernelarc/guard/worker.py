@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernelarc.guard.protocol import Channel, ChannelClosed
+from kernelarc.guard.protocol import Channel, ChannelClosed, SlotReader
 
 
 def environment_info(device: Any) -> dict[str, Any]:
@@ -111,6 +111,7 @@ class ReferenceRole:
         """Notes of the input generation per workload (e.g. generated stand-ins for blobs)."""
         self.cache_limit = int(msg.get("cache_bytes", 1 << 30))
         self.compiled: Any = None
+        self.reader = SlotReader()
         torch.set_grad_enabled(False)
         sys.addaudithook(_idle_audit_hook)
 
@@ -188,7 +189,6 @@ class ReferenceRole:
 
         from kernelarc.guard.compare import check_output
         from kernelarc.guard.cuda_ipc import ExchangeUnavailable
-        from kernelarc.guard.protocol import read_tensor
         from kernelarc.problem.axes import resolve_axes, resolve_shape
         from kernelarc.problem.inputs import torch_dtype
         from kernelarc.problem.schema import Tolerance, Workload
@@ -207,7 +207,7 @@ class ReferenceRole:
         ):
             shape = resolve_shape(spec.shape, env) or ()
             try:  # the file stays: the candidate reuses it (its pages are already mapped)
-                out = read_tensor(header, self.device)
+                out = self.reader.read(header, self.device)
             except ExchangeUnavailable as e:  # the environment's fault, not the candidate's
                 return {"ok": True, "checks": [], "exchange_failed": f"output {name}: {e}"}
             except (ValueError, OSError) as e:

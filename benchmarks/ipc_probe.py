@@ -1,0 +1,120 @@
+"""Whether CUDA IPC works between two processes here, and under which isolation.
+
+    python benchmarks/ipc_probe.py [--mib 256]
+
+An exporter process (plain, then under each ``unshare`` variant the guard may use for
+candidates) allocates a tensor and exports it twice — with ``guard/cuda_ipc.py``'s driver
+calls and with torch's own ``_share_cuda_`` — and this process opens both. Prints one line
+per (isolation, method): ok, or the error. GPU only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import textwrap
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+EXPORTER = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {src!r})
+    import torch
+    from kernelarc.guard.cuda_ipc import Exporter
+    n = {n}
+    t = torch.arange(n, dtype=torch.float32, device="cuda")
+    out = {{}}
+    try:
+        out["driver"] = Exporter().export(t, "float32")
+    except Exception as e:
+        out["driver_error"] = repr(e)
+    try:
+        s = t.untyped_storage()._share_cuda_()
+        out["torch"] = [x.hex() if isinstance(x, bytes) else x for x in s]
+    except Exception as e:
+        out["torch_error"] = repr(e)
+    print(json.dumps(out), flush=True)
+    sys.stdin.readline()
+    """
+)
+
+WRAPPERS = {
+    "plain": (),
+    "unshare --net": ("unshare", "--net"),
+    "unshare --pid": ("unshare", "--pid", "--mount-proc", "--fork", "--kill-child"),
+    "unshare --map-root-user --net --pid": (
+        "unshare", "--map-root-user", "--net", "--pid", "--mount-proc", "--fork", "--kill-child"
+    ),
+}  # fmt: skip
+
+
+def _open_torch(fields: list, n: int) -> None:
+    import torch
+
+    args = [bytes.fromhex(x) if i in (1, 4, 6) and isinstance(x, str) else x
+            for i, x in enumerate(fields)]  # fmt: skip
+    st = torch.UntypedStorage._new_shared_cuda(*args)
+    t = torch.empty(0, dtype=torch.float32, device="cuda").set_(st, 0, (n,), (1,))
+    assert torch.equal(t[:5].cpu(), torch.arange(5.0)), "wrong values"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mib", type=int, default=256)
+    args = ap.parse_args()
+    import torch
+
+    from kernelarc.guard.cuda_ipc import read_ipc
+
+    n = args.mib * (1 << 20) // 4
+    torch.zeros(1, device="cuda")
+    rows = []
+    for name, wrap in WRAPPERS.items():
+        code = EXPORTER.format(src=str(ROOT / "src"), n=n)
+        try:
+            proc = subprocess.Popen(
+                [*wrap, sys.executable, "-c", code],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        except OSError as e:
+            rows.append((name, "spawn", repr(e)))
+            continue
+        assert proc.stdout is not None and proc.stdin is not None
+        line = proc.stdout.readline()
+        if not line:
+            err = proc.stderr.read() if proc.stderr else ""
+            rows.append((name, "spawn", err.strip()[-300:]))
+            proc.wait()
+            continue
+        got = json.loads(line)
+        for method in ("driver", "torch"):
+            if f"{method}_error" in got:
+                rows.append((name, method, "export: " + got[f"{method}_error"]))
+                continue
+            try:
+                if method == "driver":
+                    t = read_ipc(got["driver"], torch.float32, [n], 4 * n, "cuda")
+                    assert torch.equal(t[:5].cpu(), torch.arange(5.0)), "wrong values"
+                else:
+                    _open_torch(got["torch"], n)
+                rows.append((name, method, "ok"))
+            except Exception as e:
+                rows.append((name, method, f"{e!r} {traceback.format_exc(limit=2)[-200:]}"))
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=60)
+    for r in rows:
+        print(" | ".join(r))
+
+
+if __name__ == "__main__":
+    main()
