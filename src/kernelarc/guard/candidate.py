@@ -247,6 +247,7 @@ class CandidateRole:
         the GPU when ``ipc`` (kept alive until the next request), the rest through files."""
         import torch
 
+        from kernelarc.guard.cuda_ipc import ExchangeUnavailable
         from kernelarc.guard.protocol import WIRE_DTYPES
 
         headers = []
@@ -256,9 +257,12 @@ class CandidateRole:
                 continue
             dtype = str(t.dtype).removeprefix("torch.")
             if ipc and dtype in WIRE_DTYPES and self._exporter.wanted(t):
-                headers.append(self._exporter.export(t, dtype))
-            else:
-                headers.append(self._slots.write(t, exchange / f"{tag}_{name}.bin"))
+                try:
+                    headers.append(self._exporter.export(t, dtype))
+                    continue
+                except ExchangeUnavailable as e:  # e.g. memory not from cudaMalloc
+                    print(f"kernelarc: output {name} crosses through a file: {e}")
+            headers.append(self._slots.write(t, exchange / f"{tag}_{name}.bin"))
         return headers
 
     def _bad_count(self, outs: tuple[Any, ...]) -> dict[str, Any] | None:
