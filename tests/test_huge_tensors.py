@@ -204,10 +204,10 @@ def test_outputs_cross_over_cuda_ipc_right_and_wrong(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 @needs_cuda
-def test_large_files_are_read_from_a_kept_pinned_mapping(tmp_path: Path) -> None:
-    from kernelarc.guard.protocol import PINNED_READ_BYTES, SlotReader, SlotWriter
+def test_large_files_are_read_from_a_kept_mapping(tmp_path: Path) -> None:
+    from kernelarc.guard.protocol import MAPPED_READ_BYTES, SlotReader, SlotWriter
 
-    n = PINNED_READ_BYTES // 4
+    n = MAPPED_READ_BYTES // 4
     writer, reader = SlotWriter(), SlotReader()
     try:
         path = tmp_path / "slot0_y.bin"
@@ -215,10 +215,14 @@ def test_large_files_are_read_from_a_kept_pinned_mapping(tmp_path: Path) -> None
             t = torch.full((n,), k, device="cuda")
             got = reader.read(writer.write(t, path), "cuda")
             assert torch.equal(got, t)
+        writer.close()  # a new worker truncates and re-creates the same file: not stale
+        writer = SlotWriter()
+        t = torch.full((n,), 3.0, device="cuda")
+        assert torch.equal(reader.read(writer.write(t, path), "cuda"), t)
         path.unlink()  # replaced by a new file: read afresh, not from the old mapping
         writer.close()
         writer = SlotWriter()
-        t = torch.full((n,), 3.0, device="cuda")
+        t = torch.full((n,), 4.0, device="cuda")
         assert torch.equal(reader.read(writer.write(t, path), "cuda"), t)
         with pytest.raises(ValueError, match="header implies"):
             reader.read({"file": str(path), "dtype": "float32", "shape": [n + 1]}, "cuda")

@@ -156,6 +156,7 @@ def read_ipc(header: dict[str, Any], dtype: Any, shape: list[int], nbytes: int, 
     drv = _Driver()
     dev = torch.device(device)
     with torch.cuda.device(dev):
+        torch.cuda.synchronize(dev)  # makes the device's context current (the driver needs one)
         ptr = drv.open_handle(handle)
         try:
             base, size = drv.address_range(ptr)

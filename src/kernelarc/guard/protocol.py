@@ -172,19 +172,21 @@ class SlotWriter:
             self._drop(key)
 
 
-#: Files at least this large are read by DMA from a kept, page-locked mapping (SlotReader).
-PINNED_READ_BYTES = 64 << 20
+#: Files at least this large are read from a mapping kept between rounds (SlotReader).
+MAPPED_READ_BYTES = 64 << 20
 
 
 class SlotReader:
-    """The judging side of :class:`SlotWriter`: large files (``PINNED_READ_BYTES``) are
-    mapped once and page-locked, so each round's device copy is one DMA transfer instead of
-    page faults and a pageable copy (L2 025: 25.8 GB per round); a mapping is renewed when
-    its file is replaced (another inode or size). Everything else goes to
-    :func:`read_tensor`. Owned by one worker; :meth:`close` unregisters everything."""
+    """The judging side of :class:`SlotWriter`: a large file (``MAPPED_READ_BYTES``) stays
+    mapped between rounds, so a round's device copy does not map and fault its pages in
+    again; the mapping is renewed when the file is replaced (another inode or size). It is
+    not page-locked: a locked mapping keeps the pages it had when locked, and a file
+    truncated and written again (a new candidate worker re-creating its slot) would then
+    be read stale (suspected in the first H200 run of a page-locked version, where a
+    candidate's outputs read as garbage). Everything else goes to :func:`read_tensor`."""
 
     def __init__(self) -> None:
-        self._maps: dict[str, tuple[tuple[int, int], Any, bool]] = {}
+        self._maps: dict[str, tuple[tuple[int, int], Any]] = {}
 
     def read(self, header: dict[str, Any], device: Any) -> Any:
         import torch
@@ -194,7 +196,7 @@ class SlotReader:
         if "ipc" in header or dev.type != "cuda":
             return read_tensor(header, device)
         st = path.stat()
-        if st.st_size < PINNED_READ_BYTES:
+        if st.st_size < MAPPED_READ_BYTES:
             return read_tensor(header, device)
         dtype, shape, nbytes = header_layout(header)
         if st.st_size != nbytes:
@@ -202,26 +204,14 @@ class SlotReader:
         key, ident = str(path), (st.st_ino, st.st_size)
         cached = self._maps.get(key)
         if cached is None or cached[0] != ident:
-            self._drop(key)
             src = torch.from_file(key, shared=True, size=nbytes, dtype=torch.uint8)
-            err = torch.cuda.cudart().cudaHostRegister(src.data_ptr(), nbytes, 0)
-            cached = (ident, src, int(err) == 0)
+            cached = (ident, src)
             self._maps[key] = cached
-        out = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-        out.copy_(cached[1], non_blocking=cached[2])
-        torch.cuda.synchronize(dev)
+        out = cached[1].to(dev)  # a private device copy
         return out.view(dtype).reshape(shape)
 
-    def _drop(self, key: str) -> None:
-        old = self._maps.pop(key, None)
-        if old is not None and old[2]:
-            import torch
-
-            torch.cuda.cudart().cudaHostUnregister(old[1].data_ptr())
-
     def close(self) -> None:
-        for key in list(self._maps):
-            self._drop(key)
+        self._maps.clear()
 
 
 def header_layout(header: dict[str, Any]) -> tuple[Any, list[int], int]:
