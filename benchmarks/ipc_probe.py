@@ -29,9 +29,11 @@ EXPORTER = textwrap.dedent(
     from kernelarc.guard.cuda_ipc import Exporter
     n = {n}
     t = torch.arange(n, dtype=torch.float32, device="cuda")
+    torch.cuda.synchronize()
     out = {{}}
+    ex = Exporter()
     try:
-        out["driver"] = Exporter().export(t, "float32")
+        out["driver"] = ex.export(t[{start}:], "float32")
     except Exception as e:
         out["driver_error"] = repr(e)
     try:
@@ -67,6 +69,8 @@ def _open_torch(fields: list, n: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--start", type=int, default=0, help="export t[start:] (an offset)")
+    ap.add_argument("--only", default=None, help="one isolation variant by name")
     args = ap.parse_args()
     import torch
 
@@ -76,7 +80,9 @@ def main() -> None:
     torch.zeros(1, device="cuda")
     rows = []
     for name, wrap in WRAPPERS.items():
-        code = EXPORTER.format(src=str(ROOT / "src"), n=n)
+        if args.only and name != args.only:
+            continue
+        code = EXPORTER.format(src=str(ROOT / "src"), n=n, start=args.start)
         try:
             proc = subprocess.Popen(
                 [*wrap, sys.executable, "-c", code],
@@ -102,8 +108,16 @@ def main() -> None:
                 continue
             try:
                 if method == "driver":
-                    t = read_ipc(got["driver"], torch.float32, [n], 4 * n, "cuda")
-                    assert torch.equal(t[:5].cpu(), torch.arange(5.0)), "wrong values"
+                    m = n - args.start
+                    t = read_ipc(got["driver"], torch.float32, [m], 4 * m, "cuda")
+                    want = torch.arange(args.start, n, dtype=torch.float32, device="cuda")
+                    bad = (t != want).nonzero()
+                    if bad.numel():
+                        i = int(bad[0])
+                        raise AssertionError(
+                            f"{bad.numel()} wrong of {m}; first at {i}: {t[i].item()} "
+                            f"!= {want[i].item()}; offset {got['driver']['offset']}"
+                        )
                 else:
                     _open_torch(got["torch"], n)
                 rows.append((name, method, "ok"))
