@@ -1,7 +1,8 @@
 """Problems whose tensors fill most of the GPU (L2 025: 25.8 GB of inputs and as much output
 per call): the one-set timing pool, inputs moved one tensor at a time, reference outputs
-not cached past their comparison, and outputs handed to the reference worker over CUDA IPC
-(``guard/cuda_ipc.py``).
+not cached past their comparison, large files read from kept mappings, and the
+experimental CUDA IPC exchange (``guard/cuda_ipc.py``, off by default; its GPU tests are
+strict xfails: they failed on the H200 on 2026-12-01).
 
 CPU: the pool rules, the protocol's header checks, and whole evaluations with a one-set pool
 (``GuardConfig.pool_sets=1``), among them a pointer-caching cheat that must still be caught.
@@ -29,6 +30,12 @@ from kernelarc.problem.schema import Solution
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
+ipc_broken = pytest.mark.xfail(
+    strict=True,
+    reason="CUDA IPC exchange is experimental (GuardConfig.gpu_exchange, off): on the H200 on "
+    "2026-12-01 a read at offset 1024 returned wrong values and the guard's reference "
+    "worker got driver error 201; strict, so this fails once it works",
+)
 
 
 def test_pool_is_one_set_when_a_second_would_take_half_the_free_memory(
@@ -117,6 +124,7 @@ _EXPORTER = textwrap.dedent(
 
 @pytest.mark.gpu
 @needs_cuda
+@ipc_broken
 def test_a_handle_from_another_process_reads_back_and_forgeries_are_refused() -> None:
     from kernelarc.guard.cuda_ipc import IPC_MIN_BYTES, ExchangeUnavailable, read_ipc
 
@@ -189,9 +197,12 @@ def _big_solution(body: str, name: str) -> Solution:
 
 @pytest.mark.gpu
 @needs_cuda
+@ipc_broken
 def test_outputs_cross_over_cuda_ipc_right_and_wrong(tmp_path: Path) -> None:
     problem = load_problem(_big_problem(tmp_path))
-    cfg = GuardConfig(device="cuda", rounds=2, warmup=2, iterations=10, warm_spare=False)
+    cfg = GuardConfig(
+        device="cuda", rounds=2, warmup=2, iterations=10, warm_spare=False, gpu_exchange=True
+    )
     right = _big_solution("    return torch.add(x, x).add_(1.0)", "ok")
     wrong = _big_solution("    return x * 2.0 + 1.5", "off")
     with Guard(problem, cfg) as guard:
@@ -229,3 +240,20 @@ def test_large_files_are_read_from_a_kept_mapping(tmp_path: Path) -> None:
     finally:
         writer.close()
         reader.close()
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_large_outputs_cross_through_files_by_default(tmp_path: Path) -> None:
+    problem = load_problem(_big_problem(tmp_path))
+    cfg = GuardConfig(device="cuda", rounds=2, warmup=2, iterations=10, warm_spare=False)
+    right = _big_solution("    return torch.add(x, x).add_(1.0)", "ok")
+    wrong = _big_solution("    return x * 2.0 + 1.5", "off")
+    with Guard(problem, cfg) as guard:
+        assert not guard.gpu_exchange
+        ok = guard.evaluate(right).traces[0].evaluation
+        bad = guard.evaluate(wrong).traces[0].evaluation
+        again = guard.evaluate(right).traces[0].evaluation  # a new worker re-creates the files
+    assert ok is not None and ok.status.value == "PASSED", ok and ok.log
+    assert bad is not None and bad.status.value == "INCORRECT_NUMERICAL", bad and bad.log
+    assert again is not None and again.status.value == "PASSED", again and again.log

@@ -1,5 +1,13 @@
 """Large output tensors handed from a candidate worker to the reference worker on the GPU.
 
+**Experimental, off by default** (``GuardConfig.gpu_exchange``): on the H200 on 2026-12-01
+the guard's reference worker could not open the candidate worker's handles (driver error
+201, CUDA_ERROR_INVALID_CONTEXT; each worker runs in its own PID namespace there, a
+suspected cause) and fell back to files, and a direct test read wrong values at an offset
+of 1024 bytes into an allocation (cause not found), while ``benchmarks/ipc_probe.py``
+read correctly at offset 0 under every isolation level. Not to be turned on until those
+pass on the GPU (``tests/test_huge_tensors.py``, strict xfail).
+
 The default exchange (``protocol.SlotWriter``) copies every output through a shared-memory
 file; for a problem whose outputs are tens of GB (L2 025's gradients: 25.8 GB per call) that
 took 23 s per correctness round on the H200. Here an output of at least ``IPC_MIN_BYTES``

@@ -84,6 +84,11 @@ class GuardConfig(BaseModel):
     cupti: str = Field(default="auto", pattern="^(auto|on|off)$")
     isolation: bool = True
     warm_spare: bool = True
+    gpu_exchange: bool = False
+    """Hand CUDA outputs of 256 MiB or more to the reference worker over CUDA IPC
+    (``guard/cuda_ipc.py``) instead of files. Experimental, off: on the H200 (2026-12-01)
+    the reference worker could not open the handles (driver error 201) and the guard fell
+    back to files; see docs/GUARD.md."""
     cache_dir: Path | None = None
 
 
@@ -165,7 +170,7 @@ class Guard:
         self._ref_times: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._workers = 0
         self._use_cupti = self._cupti_wanted()
-        self.gpu_exchange = self.device.startswith("cuda")
+        self.gpu_exchange = self.config.gpu_exchange and self.device.startswith("cuda")
         """Large CUDA outputs cross to the reference worker on the GPU (``cuda_ipc.py``);
         turned off for the guard's life when the environment refuses it."""
         # Both kinds of worker start now, in parallel: the reference (set up on first use)
