@@ -285,6 +285,46 @@ def test_time_is_kept_for_the_composition_once_it_is_possible(
         store.close()
 
 
+def test_full_cost_estimate_errs_low() -> None:
+    from kernelarc.orchestration.config import StageConfig
+    from kernelarc.orchestration.judge import full_cost_estimate
+
+    screen = StageConfig(rounds=3, warmup=3, iterations=10)
+    full = StageConfig(rounds=10, warmup=10, iterations=50)
+    # 3 of 16 workloads screened in 30 s; rounds ratio 10/3 < calls ratio 60/13
+    assert full_cost_estimate(30.0, 16, 3, screen, full) == pytest.approx(30 * 16 / 3 * 10 / 3)
+    assert full_cost_estimate(30.0, 3, 3, screen, screen) == pytest.approx(30.0)
+
+
+@pytest.mark.parametrize("screen_s", [1.0, 1000.0])
+def test_a_run_warns_once_when_a_full_evaluation_cannot_fit(
+    guard: Guard, problem: Problem, tmp_path: Path, screen_s: float
+) -> None:
+    """After a complete, passed screening the run estimates one full evaluation's cost; when
+    it exceeds the time left (here 100 s), one ``full_protocol_too_slow`` event says so."""
+    from kernelarc.agents.types import CandidateResult, WorkloadResult
+
+    config = run_config(problem, ["A"], time_limit_s=100.0)
+    store = SQLiteStore(tmp_path / "store.sqlite")
+    try:
+        orch = Orchestrator(problem, [], config, RunDir(tmp_path), store, guard, {})
+        per = tuple(
+            WorkloadResult(uuid=w.uuid, axes=dict(w.axes), status="PASSED", latency_ms=1.0)
+            for w in orch.judge.screen_set
+        )
+        screened = CandidateResult(
+            candidate_id="c1", agent="A", strategy="s", mode="refine", stage="screen",
+            per_workload=per, passed=True, score=1.0,
+        )  # fmt: skip
+        for _ in range(2):
+            orch._warn_if_full_too_slow(screened, screen_s)
+        orch._warn_if_full_too_slow(screened.model_copy(update={"per_workload": per[:1]}), 1e6)
+        kinds = [e.kind for e in store.events()]
+    finally:
+        store.close()
+    assert kinds.count("full_protocol_too_slow") == (1 if screen_s == 1000.0 else 0), kinds
+
+
 @pytest.mark.parametrize("case", ["fails", "out of time"])
 def test_a_finishers_judgement_stops_early(
     guard: Guard, problem: Problem, tmp_path: Path, case: str

@@ -38,6 +38,7 @@ _SHOWN = {
     "propose_error",
     "resumed",
     "search_stopped",
+    "full_protocol_too_slow",
     "no_solution",
 }
 

@@ -43,6 +43,20 @@ if TYPE_CHECKING:
     from kernelarc.guard.session import CandidateSession
 
 
+def full_cost_estimate(
+    screen_s: float, n_workloads: int, n_screened: int, screen: StageConfig, full: StageConfig
+) -> float:
+    """Seconds a full evaluation should take, from one complete screening: per workload as
+    long as a screened one, times the ratio of correctness rounds (the smaller of the
+    rounds' and the timed calls' ratios: an estimate that errs low, so a warning based on
+    it is not a false alarm)."""
+    ratio = min(
+        full.rounds / screen.rounds,
+        (full.warmup + full.iterations) / max(screen.warmup + screen.iterations, 1),
+    )
+    return screen_s * n_workloads / max(n_screened, 1) * max(ratio, 1.0)
+
+
 def screening_set(workloads: Sequence[Workload], sizes: Sequence[int], k: int) -> list[Workload]:
     """A fixed subset spread over input size: smallest, median, largest, then even spread."""
     order = sorted(range(len(workloads)), key=lambda i: (sizes[i], workloads[i].uuid))

@@ -28,7 +28,7 @@ from kernelarc.guard.evaluator import Guard
 from kernelarc.orchestration.config import RunConfig
 from kernelarc.orchestration.executor import Executor, LocalExecutor
 from kernelarc.orchestration.interrupts import DeferredInterrupt
-from kernelarc.orchestration.judge import Judge, significant, summarize_stages
+from kernelarc.orchestration.judge import Judge, full_cost_estimate, significant, summarize_stages
 from kernelarc.orchestration.rundir import RunDir
 from kernelarc.problem.loader import Problem
 from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store, StoreError
@@ -89,6 +89,7 @@ class Orchestrator:
         """Seconds of the full evaluation of each candidate that passed it (this process)."""
         self.full_ms: dict[str, dict[str, float]] = {}
         """Their full-protocol latencies: candidate → workload uuid → ms."""
+        self.full_cost_warned = False
         self.started = time.monotonic()
         self.interrupted = False
         self.sigint = DeferredInterrupt()
@@ -178,6 +179,30 @@ class Orchestrator:
         slow = isinstance(proposal, Proposal) and self._expensive(name, proposal)
         deferred = slow and self.told_s - ready_at < DEFER_SHARE * limit
         return (deferred, self.per_agent.get(name, 0), -priority, ready_at, index)
+
+    def _warn_if_full_too_slow(self, screened: CandidateResult, screen_s: float) -> None:
+        """Once per run: an event when a complete screening says that one full evaluation
+        will not fit in the time left (the run would end without a validated solution)."""
+        cfg, judge = self.config, self.judge
+        if cfg.time_limit_s is None or self.full_cost_warned or not screened.passed:
+            return
+        if len(screened.per_workload) < len(judge.screen_set):
+            return
+        est = full_cost_estimate(
+            screen_s, len(self.problem.workloads), len(judge.screen_set), cfg.screen, cfg.full
+        )
+        if est > self.time_left_total():
+            self.full_cost_warned = True
+            self.event(
+                "full_protocol_too_slow",
+                {
+                    "estimated_s": round(est),
+                    "time_left_s": round(max(self.time_left_total(), 0.0)),
+                    "why": f"a screening took {screen_s:.0f} s: one full evaluation of "
+                    f"{len(self.problem.workloads)} workloads should take about {est:.0f} s; "
+                    "raise --time-limit or no candidate may pass the full protocol",
+                },
+            )
 
     def _expensive(self, name: str, proposal: Proposal) -> bool:
         """Whether judging ``proposal`` is expected to take over ``EXPENSIVE_SHARE`` of the
@@ -354,6 +379,7 @@ class Orchestrator:
         self.used += 1
         self.per_agent[name] = self.per_agent.get(name, 0) + 1
         self.screen_cost[record.id] = self.agent_cost[name] = stages[0][1].wall_s
+        self._warn_if_full_too_slow(stages[0][2], stages[0][1].wall_s)
         final = stages[-1][2]
         if final.stage == "full" and final.passed:
             self.full_s[record.id] = stages[-1][1].wall_s
