@@ -114,6 +114,7 @@ class Exporter:
             self._driver = _Driver()
         c = t.detach().contiguous()
         with torch.cuda.device(c.device):
+            torch.cuda.synchronize(c.device)  # the other process reads it without our stream
             ptr = c.data_ptr()
             base, _ = self._driver.address_range(ptr)
             handle = self._driver.get_handle(base)
