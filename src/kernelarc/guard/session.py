@@ -232,6 +232,9 @@ class CandidateSession:
             deadline,
         )
         if reply.get("exchange_failed"):
+            if not self.guard.gpu_exchange:  # not asked for: the header is the candidate's
+                raise hack("output-type", f"{what}: an unrequested CUDA IPC header is refused "
+                           f"({reply['exchange_failed']})")  # fmt: skip
             raise ExchangeFailed(str(reply["exchange_failed"]))
         for check in reply["checks"]:
             status = check.get("status")

@@ -201,7 +201,6 @@ class ReferenceRole:
         tol = Tolerance.model_validate(msg["tolerance"])
         env = resolve_axes(self.definition, wl)
         checks = []
-        exchange = "files"
         for (name, spec), ref, header in zip(
             self.definition.outputs.items(), refs, msg["outputs"], strict=True
         ):
@@ -213,7 +212,6 @@ class ReferenceRole:
             except (ValueError, OSError) as e:
                 checks.append({"status": "type", "message": f"output {name}: {e}"})
                 continue
-            exchange = "cuda-ipc" if "ipc" in header else exchange
             res = check_output(
                 name,
                 out,
@@ -231,7 +229,7 @@ class ReferenceRole:
         if msg.get("drop") or size > self.cache_limit:
             self.cache.pop(key)
             self.cache_bytes -= size
-        return {"ok": True, "checks": checks, "exchange": exchange}
+        return {"ok": True, "checks": checks}
 
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
         import torch
