@@ -6,6 +6,12 @@ An exporter process (plain, then under each ``unshare`` variant the guard may us
 candidates) allocates a tensor and exports it twice — with ``guard/cuda_ipc.py``'s driver
 calls and with torch's own ``_share_cuda_`` — and this process opens both. Prints one line
 per (isolation, method): ok, or the error. GPU only.
+
+    python benchmarks/ipc_probe.py --pairs [--start 256]
+
+Instead opens the driver export in a reader *subprocess*, itself under each variant, for
+every (exporter, reader) pair: the guard runs both of its workers isolated, and under
+``unshare --pid`` each is PID 1 of its own namespace.
 """
 
 from __future__ import annotations
@@ -66,17 +72,73 @@ def _open_torch(fields: list, n: int) -> None:
     assert torch.equal(t[:5].cpu(), torch.arange(5.0)), "wrong values"
 
 
+def _read_stdin_header() -> None:
+    """Reader role (``--read``): one header on stdin, one line of verdict on stdout."""
+    import torch
+
+    from kernelarc.guard.cuda_ipc import read_ipc
+
+    got = json.loads(sys.stdin.readline())
+    start, n = got["start"], got["n"]
+    torch.zeros(1, device="cuda")
+    try:
+        m = n - start
+        t = read_ipc(got["driver"], torch.float32, [m], 4 * m, "cuda")
+        want = torch.arange(n, dtype=torch.float32, device="cuda")[start:]
+        bad = (t != want).nonzero()
+        if bad.numel():
+            i = int(bad[0])
+            print(f"{bad.numel()} wrong of {m}; first at {i}: {t[i].item()} != {want[i].item()}")
+        else:
+            print("ok")
+    except Exception as e:
+        print(repr(e))
+
+
+def _pairs(n: int, start: int) -> None:
+    code = EXPORTER.format(src=str(ROOT / "src"), n=n, start=start)
+    for ename, ewrap in WRAPPERS.items():
+        if ename == "unshare --net":
+            continue  # exporters: plain and the PID-namespace levels the guard uses
+        for rname, rwrap in WRAPPERS.items():
+            exp = subprocess.Popen([*ewrap, sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True)  # fmt: skip
+            assert exp.stdout is not None and exp.stdin is not None
+            got = json.loads(exp.stdout.readline() or "{}")
+            if "driver" not in got:
+                verdict = f"export failed: {got}"
+            else:
+                r = subprocess.run(
+                    [*rwrap, sys.executable, str(Path(__file__).resolve()), "--read"],
+                    input=json.dumps({**got, "n": n, "start": start}) + "\n",
+                    capture_output=True, text=True, timeout=120,
+                )  # fmt: skip
+                verdict = (r.stdout.strip() or r.stderr.strip()[-300:]).splitlines()[-1:]
+                verdict = verdict[0] if verdict else f"reader rc {r.returncode}"
+            exp.stdin.write("\n")
+            exp.stdin.flush()
+            exp.wait(timeout=60)
+            print(f"exporter {ename} | reader {rname} | start {start} | {verdict}", flush=True)
+
+
 def main() -> None:
+    if "--read" in sys.argv:
+        _read_stdin_header()
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--start", type=int, default=0, help="export t[start:] (an offset)")
     ap.add_argument("--only", default=None, help="one isolation variant by name")
+    ap.add_argument("--pairs", action="store_true", help="reader subprocesses, every pair")
     args = ap.parse_args()
     import torch
 
     from kernelarc.guard.cuda_ipc import read_ipc
 
     n = args.mib * (1 << 20) // 4
+    if args.pairs:
+        _pairs(n, args.start)
+        return
     torch.zeros(1, device="cuda")
     rows = []
     for name, wrap in WRAPPERS.items():

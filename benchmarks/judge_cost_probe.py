@@ -41,6 +41,7 @@ def main() -> None:
     ap.add_argument("--cupti", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--solution", type=Path, default=None)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--gpu-exchange", action="store_true", help="outputs over CUDA IPC")
     args = ap.parse_args()
     problem = load_problem(args.problem)
     d = problem.definition
@@ -59,6 +60,7 @@ def main() -> None:
         timeout=args.timeout,
         warm_spare=False,
         cupti=args.cupti,
+        gpu_exchange=args.gpu_exchange,
     )
     t0 = time.monotonic()
     results = []
@@ -77,6 +79,8 @@ def main() -> None:
             "reference_ms": o.reference_ms,
             "pool": (o.latency or {}).get("pool"),
             "timed_calls": (o.latency or {}).get("n"),
+            "timing_method": (o.latency or {}).get("method"),
+            "reference_phases_s": (o.reference or {}).get("phases_s"),
             "notes": o.notes[:4],
             "log": (o.log or "")[:300],
         }

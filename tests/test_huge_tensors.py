@@ -1,8 +1,9 @@
 """Problems whose tensors fill most of the GPU (L2 025: 25.8 GB of inputs and as much output
 per call): the one-set timing pool, inputs moved one tensor at a time, reference outputs
 not cached past their comparison, large files read from kept mappings, and the
-experimental CUDA IPC exchange (``guard/cuda_ipc.py``, off by default; its GPU tests are
-strict xfails: they failed on the H200 on 2026-12-01).
+CUDA IPC exchange (``guard/cuda_ipc.py``; on the H200 it failed on 2026-12-01 while both
+workers ran in PID namespaces of their own, and works since the reference worker runs in
+none, 2026-12-02).
 
 CPU: the pool rules, the protocol's header checks, and whole evaluations with a one-set pool
 (``GuardConfig.pool_sets=1``), among them a pointer-caching cheat that must still be caught.
@@ -30,12 +31,6 @@ from kernelarc.problem.schema import Solution
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
-ipc_broken = pytest.mark.xfail(
-    strict=True,
-    reason="CUDA IPC exchange is experimental (GuardConfig.gpu_exchange, off): on the H200 on "
-    "2026-12-01 a read at offset 1024 returned wrong values and the guard's reference "
-    "worker got driver error 201; strict, so this fails once it works",
-)
 
 
 def test_pool_is_one_set_when_a_second_would_take_half_the_free_memory(
@@ -114,7 +109,7 @@ _EXPORTER = textwrap.dedent(
     """
     import json, sys, torch
     from kernelarc.guard.cuda_ipc import Exporter
-    t = torch.arange({n}, dtype=torch.float32, device="cuda") * 0.5
+    t = torch.arange({n}, dtype=torch.float32, device="cuda") * 0.5  # as the reader computes
     ex = Exporter()
     print(json.dumps(ex.export(t[{start}:], "float32")), flush=True)
     sys.stdin.readline()
@@ -124,7 +119,6 @@ _EXPORTER = textwrap.dedent(
 
 @pytest.mark.gpu
 @needs_cuda
-@ipc_broken
 def test_a_handle_from_another_process_reads_back_and_forgeries_are_refused() -> None:
     from kernelarc.guard.cuda_ipc import IPC_MIN_BYTES, ExchangeUnavailable, read_ipc
 
@@ -140,7 +134,7 @@ def test_a_handle_from_another_process_reads_back_and_forgeries_are_refused() ->
         header = json.loads(proc.stdout.readline())
         m = n - start
         got = read_ipc(header, torch.float32, [m], 4 * m, "cuda")
-        want = torch.arange(start, n, dtype=torch.float32, device="cuda") * 0.5
+        want = (torch.arange(n, dtype=torch.float32, device="cuda") * 0.5)[start:]
         assert torch.equal(got, want)
         with pytest.raises(ValueError, match="allocation holds"):
             read_ipc({**header, "nbytes": 4 * (m + (64 << 20))}, torch.float32,
@@ -197,7 +191,6 @@ def _big_solution(body: str, name: str) -> Solution:
 
 @pytest.mark.gpu
 @needs_cuda
-@ipc_broken
 def test_outputs_cross_over_cuda_ipc_right_and_wrong(tmp_path: Path) -> None:
     problem = load_problem(_big_problem(tmp_path))
     cfg = GuardConfig(
@@ -244,12 +237,12 @@ def test_large_files_are_read_from_a_kept_mapping(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 @needs_cuda
-def test_large_outputs_cross_through_files_by_default(tmp_path: Path) -> None:
+def test_large_outputs_cross_through_files_when_asked(tmp_path: Path) -> None:
     problem = load_problem(_big_problem(tmp_path))
     cfg = GuardConfig(device="cuda", rounds=2, warmup=2, iterations=10, warm_spare=False)
     right = _big_solution("    return torch.add(x, x).add_(1.0)", "ok")
     wrong = _big_solution("    return x * 2.0 + 1.5", "off")
-    with Guard(problem, cfg) as guard:
+    with Guard(problem, cfg.model_copy(update={"gpu_exchange": False})) as guard:
         assert not guard.gpu_exchange
         ok = guard.evaluate(right).traces[0].evaluation
         bad = guard.evaluate(wrong).traces[0].evaluation
@@ -257,3 +250,18 @@ def test_large_outputs_cross_through_files_by_default(tmp_path: Path) -> None:
     assert ok is not None and ok.status.value == "PASSED", ok and ok.log
     assert bad is not None and bad.status.value == "INCORRECT_NUMERICAL", bad and bad.log
     assert again is not None and again.status.value == "PASSED", again and again.log
+
+
+def test_the_reference_worker_leaves_the_pid_namespace_only_for_cuda_ipc() -> None:
+    from types import SimpleNamespace
+
+    from kernelarc.guard.isolation import Isolation
+
+    iso = Isolation(("unshare", "--pid", "--fork"), "pid namespace")
+    on, off = (
+        SimpleNamespace(gpu_exchange=True, isolation=iso),
+        SimpleNamespace(gpu_exchange=False, isolation=iso),
+    )
+    assert Guard._isolation_of(on, "reference").prefix == ()  # type: ignore[arg-type]
+    assert Guard._isolation_of(on, "candidate") is iso  # type: ignore[arg-type]
+    assert Guard._isolation_of(off, "reference") is iso  # type: ignore[arg-type]

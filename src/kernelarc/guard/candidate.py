@@ -17,6 +17,7 @@ A worker hosts exactly one candidate; the parent replaces it after any failure.
 from __future__ import annotations
 
 import ast
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -351,6 +352,7 @@ class CandidateRole:
 
         wl = Workload.model_validate(msg["workload"])
         calls = int(msg["warmup"]) + int(msg["iterations"])
+        t0 = time.monotonic()
         self._exporter.release()
         self._timed.clear()  # a re-check not asked for: its buffers go
         with self.sentinel.harness():
@@ -379,6 +381,7 @@ class CandidateRole:
         # 0.88-0.95x of itself on the CPU's ~0.1 ms calls.)
         fn = self.fn
         argsets = [self._args(pool[j], outs[j]) for j in range(k)]
+        t1 = time.monotonic()
 
         def before(i: int) -> None:
             with self.sentinel.harness():
@@ -426,6 +429,7 @@ class CandidateRole:
                 "traceback": traceback.format_exc(limit=10),
                 "violations": _viol(found),
             }
+        t2 = time.monotonic()
         found = self.sentinel.check_after_call()
         if res.escaped:
             found.append(Violation("stream-escape", res.escape_detail))
@@ -452,6 +456,7 @@ class CandidateRole:
             "samples_ms": res.samples_ms,
             "pool": k,
             "sampled": sampled,
+            "phases_s": {"inputs": t1 - t0, "calls": t2 - t1, "outputs": time.monotonic() - t2},
             "violations": _viol(self.sentinel.take() + found),
             "precision": self.sentinel.precision_changes(),
         }

@@ -50,8 +50,9 @@ class _Handle(ctypes.Structure):
 
 
 class _Driver:
-    """The four driver calls used, from ``libcuda.so.1`` (loaded on first use), with their
-    argument types declared (the handle is passed by value)."""
+    """The driver calls used, from ``libcuda.so.1`` (loaded on first use), with their
+    argument types declared (the handle is passed by value). Driver calls, unlike the
+    runtime's, leave no error behind for torch's next launch check to raise."""
 
     def __init__(self) -> None:
         try:
@@ -64,6 +65,8 @@ class _Driver:
             "cuIpcGetMemHandle": [ctypes.POINTER(_Handle), u64],
             "cuIpcOpenMemHandle_v2": [ptr64, _Handle, ctypes.c_uint],
             "cuIpcCloseMemHandle": [u64],
+            "cuMemHostRegister_v2": [u64, ctypes.c_size_t, ctypes.c_uint],
+            "cuMemHostUnregister": [u64],
         }
         for name, argtypes in sigs.items():
             fn = getattr(lib, name)
@@ -94,6 +97,26 @@ class _Driver:
 
     def close_handle(self, ptr: int) -> None:
         self._call("cuIpcCloseMemHandle", ptr)
+
+
+def host_register(ptr: int, nbytes: int) -> str | None:
+    """Page-lock host memory for the current CUDA context; None when done, else why not.
+    (The runtime's ``cudaHostRegister``, failing, left its error to be raised by the next
+    kernel launch: a pageable fallback then crashed on the H200, 2026-12-02.)"""
+    try:
+        _Driver()._call("cuMemHostRegister_v2", ptr, nbytes, 0)
+    except ExchangeUnavailable as e:
+        return str(e)
+    return None
+
+
+def host_unregister(ptr: int) -> str | None:
+    """Undo :func:`host_register`; None when done, else why not."""
+    try:
+        _Driver()._call("cuMemHostUnregister", ptr)
+    except ExchangeUnavailable as e:
+        return str(e)
+    return None
 
 
 @dataclass

@@ -84,11 +84,11 @@ class GuardConfig(BaseModel):
     cupti: str = Field(default="auto", pattern="^(auto|on|off)$")
     isolation: bool = True
     warm_spare: bool = True
-    gpu_exchange: bool = False
+    gpu_exchange: bool = True
     """Hand CUDA outputs of 256 MiB or more to the reference worker over CUDA IPC
-    (``guard/cuda_ipc.py``) instead of files. Experimental, off: on the H200 (2026-12-01)
-    the reference worker could not open the handles (driver error 201) and the guard fell
-    back to files; see docs/GUARD.md."""
+    (``guard/cuda_ipc.py``) instead of files; the reference worker then runs without
+    namespaces (see ``Guard._isolation_of``). Where the driver refuses, the guard falls back
+    to files for its lifetime and says so in the workload's notes (docs/GUARD.md)."""
     cache_dir: Path | None = None
 
 
@@ -211,11 +211,21 @@ class Guard:
         (self.tmp / "scratch").mkdir(exist_ok=True)
         return WorkerProcess(
             role,
-            isolation=self.isolation,
+            isolation=self._isolation_of(role),
             env=self._env(role),
             log_path=self.tmp / f"{role}-{n}.log",
             cwd=self.tmp / f"{role}-{n}",
         ).start()
+
+    def _isolation_of(self, role: str) -> Isolation:
+        """Candidates get the probed isolation. The reference worker (the problem's own code)
+        gets the same, except with the CUDA IPC exchange: a worker in its own PID namespace
+        is PID 1 there, as is the candidate, and the driver then takes the candidate's handle
+        for one of the reader's own (error 201). The candidate's namespaces still hide the
+        reference worker from it."""
+        if role == "reference" and self.gpu_exchange:
+            return Isolation((), "none (the reference worker, for CUDA IPC)")
+        return self.isolation
 
     def reference(self) -> WorkerProcess:
         if self._ref is not None and self._ref.alive():

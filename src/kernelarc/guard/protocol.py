@@ -113,7 +113,7 @@ class SlotWriter:
     """Writes output tensors into shared-memory files, one file per output slot, reused.
 
     On CUDA each slot's file stays mapped and, where the driver allows it, page-locked
-    (``cudaHostRegister``), so a device-to-host copy lands in the file by DMA with no extra
+    (``cuMemHostRegister``), so a device-to-host copy lands in the file by DMA with no extra
     copy and no page faults. A slot's file is re-created only when its size changes. A
     failed page-lock costs speed only (plain pageable copy) and is logged to stderr.
     Owned by one worker; :meth:`close` unregisters and unmaps everything.
@@ -135,8 +135,10 @@ class SlotWriter:
         dst = torch.from_file(key, shared=True, size=nbytes, dtype=torch.uint8)
         pinned = False
         if cuda:
-            err = torch.cuda.cudart().cudaHostRegister(dst.data_ptr(), nbytes, 0)
-            pinned = int(err) == 0
+            from kernelarc.guard.cuda_ipc import host_register
+
+            err = host_register(dst.data_ptr(), nbytes)
+            pinned = err is None
             if not pinned:
                 print(f"kernelarc: page-locking {path.name} failed ({err}); copying pageable")
         self._maps[key] = (dst, pinned)
@@ -145,9 +147,11 @@ class SlotWriter:
     def _drop(self, key: str) -> None:
         old = self._maps.pop(key, None)
         if old is not None and old[1]:
-            import torch
+            from kernelarc.guard.cuda_ipc import host_unregister
 
-            torch.cuda.cudart().cudaHostUnregister(old[0].data_ptr())
+            err = host_unregister(old[0].data_ptr())
+            if err is not None:
+                print(f"kernelarc: unlocking {Path(key).name} failed ({err})")
 
     def write(self, t: Any, path: Path) -> dict[str, Any]:
         """Write a plain tensor's bytes to ``path``; return its header."""

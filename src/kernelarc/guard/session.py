@@ -314,6 +314,8 @@ class CandidateSession:
             "timing",
         )
         self._tick("timing", t1)
+        for part, secs in (timed.get("phases_s") or {}).items():  # where the timing went
+            self.phases[f"timing.{part}"] = self.phases.get(f"timing.{part}", 0.0) + float(secs)
         t2 = time.monotonic()
         for seed, headers in timed["sampled"]:
             try:

@@ -22,6 +22,7 @@ import contextlib
 import os
 import platform
 import sys
+import time
 import traceback
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -249,6 +250,7 @@ class ReferenceRole:
         # The same pool rule as for candidates (distinct input sets, as many as fit), so a
         # reference is not timed on hotter caches than the solutions it is compared with.
         calls = int(msg["warmup"]) + int(msg["iterations"])
+        t0 = time.monotonic()
         first = list(self._inputs(wl, int(msg["seeds"][0])).values.values())
         n_pool = pool_size(
             tensor_bytes(first),
@@ -259,6 +261,7 @@ class ReferenceRole:
         pool = [first] + [
             list(self._inputs(wl, int(s)).values.values()) for s in msg["seeds"][1:n_pool]
         ]
+        t1 = time.monotonic()
         res = time_calls(
             lambda i: fn(*pool[i % len(pool)]),
             lambda i: None,
@@ -270,7 +273,9 @@ class ReferenceRole:
             max_iterations=int(msg.get("max_iterations", 0)),
             max_timed_ms=float(msg.get("max_timed_ms", 0.0)),
         )
-        return {"ok": True, "summary": res.summary(), "samples_ms": res.samples_ms}
+        phases = {"inputs": t1 - t0, "calls": time.monotonic() - t1}
+        return {"ok": True, "summary": {**res.summary(), "phases_s": phases},
+                "samples_ms": res.samples_ms}  # fmt: skip
 
 
 #: Device memory a worker's allocator may keep cached between requests. The reference and
