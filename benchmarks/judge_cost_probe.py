@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--cupti", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--solution", type=Path, default=None)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--gpu-exchange", action="store_true", help="outputs over CUDA IPC")
+    ap.add_argument("--files", action="store_true", help="outputs through files, not CUDA IPC")
     args = ap.parse_args()
     problem = load_problem(args.problem)
     d = problem.definition
@@ -60,7 +60,7 @@ def main() -> None:
         timeout=args.timeout,
         warm_spare=False,
         cupti=args.cupti,
-        gpu_exchange=args.gpu_exchange,
+        gpu_exchange=not args.files,
     )
     t0 = time.monotonic()
     results = []

@@ -319,6 +319,7 @@ def test_a_run_warns_once_when_a_full_evaluation_cannot_fit(
         for _ in range(2):
             orch._warn_if_full_too_slow(screened, screen_s)
         orch._warn_if_full_too_slow(screened.model_copy(update={"per_workload": per[:1]}), 1e6)
+        orch._warn_if_full_too_slow(screened, 1e6, compiles=True)  # compiling, not judging
         kinds = [e.kind for e in store.events()]
     finally:
         store.close()

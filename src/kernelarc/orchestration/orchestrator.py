@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 from kernelarc.agents.base import Agent
@@ -29,9 +28,10 @@ from kernelarc.orchestration.config import RunConfig
 from kernelarc.orchestration.executor import Executor, LocalExecutor
 from kernelarc.orchestration.interrupts import DeferredInterrupt
 from kernelarc.orchestration.judge import Judge, full_cost_estimate, significant, summarize_stages
+from kernelarc.orchestration.resume import ORCHESTRATOR, restore
 from kernelarc.orchestration.rundir import RunDir
 from kernelarc.problem.loader import Problem
-from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store, StoreError
+from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store
 
 MAX_PROPOSE_ERRORS = 3
 EXPENSIVE_SHARE = 1 / 16
@@ -40,8 +40,6 @@ EXPENSIVE_SHARE = 1 / 16
 DEFER_SHARE = 1 / 4
 """How long an expensive proposal yields: until the judging done since it became ready has
 taken this share of the time limit (60 s of 240 s), or no cheap proposal is ready."""
-ORCHESTRATOR = "__orchestrator__"
-"""The store key of the orchestrator's own state (plateau counters)."""
 
 
 class Orchestrator:
@@ -180,11 +178,16 @@ class Orchestrator:
         deferred = slow and self.told_s - ready_at < DEFER_SHARE * limit
         return (deferred, self.per_agent.get(name, 0), -priority, ready_at, index)
 
-    def _warn_if_full_too_slow(self, screened: CandidateResult, screen_s: float) -> None:
+    def _warn_if_full_too_slow(
+        self, screened: CandidateResult, screen_s: float, compiles: bool = False
+    ) -> None:
         """Once per run: an event when a complete screening says that one full evaluation
-        will not fit in the time left (the run would end without a validated solution)."""
+        will not fit in the time left (the run would end without a validated solution).
+        Not from a solution that ``compiles`` at run time: its screening is mostly compiling
+        (on the H200, L1 017: a 67 s screening predicted 1192 s, and the full evaluation of
+        the next compiled candidate then fitted in the 101 s left)."""
         cfg, judge = self.config, self.judge
-        if cfg.time_limit_s is None or self.full_cost_warned or not screened.passed:
+        if cfg.time_limit_s is None or self.full_cost_warned or not screened.passed or compiles:
             return
         if len(screened.per_workload) < len(judge.screen_set):
             return
@@ -379,7 +382,9 @@ class Orchestrator:
         self.used += 1
         self.per_agent[name] = self.per_agent.get(name, 0) + 1
         self.screen_cost[record.id] = self.agent_cost[name] = stages[0][1].wall_s
-        self._warn_if_full_too_slow(stages[0][2], stages[0][1].wall_s)
+        self._warn_if_full_too_slow(
+            stages[0][2], stages[0][1].wall_s, record.solution.compiles_at_run_time()
+        )
         final = stages[-1][2]
         if final.stage == "full" and final.passed:
             self.full_s[record.id] = stages[-1][1].wall_s
@@ -459,68 +464,8 @@ class Orchestrator:
         except ValueError as e:
             self.event("conclusion_rejected", {"agent": conclusion.agent, "why": str(e)})
 
-    # ------------------------------------------------------------------ resume
     def _restore(self) -> None:
-        stored = self.store.open_run(self.config.model_dump(mode="json"))
-        if stored.get("definition") != self.config.definition:
-            raise StoreError(
-                f"{self.dir.path} holds a run of {stored.get('definition')!r}, "
-                f"not {self.config.definition!r}: use another --run-dir"
-            )
-        self.dir.write_config(stored)
-        self.event("run_config", stored)
-        if self.config.memory and self.config.memory_file:
-            path = Path(self.config.memory_file)
-            if path.exists():
-                n = self.memory.load(path)
-                self.event("memory_loaded", {"file": str(path), "conclusions": n})
-        states = self.store.agent_states()
-        for name, agent in self.agents.items():
-            if name in states:
-                agent.restore(dict(states[name].get("agent") or {}))
-        if states.get(ORCHESTRATOR, {}).get("plateau"):
-            self.plateau.restore(dict(states[ORCHESTRATOR]["plateau"]))
-        for view in self.store.incumbents().values():
-            if view.agent in self.agents:
-                self.board.update(view, owner=view.agent)
-        concluded = set()
-        for c in self.store.conclusions():
-            concluded.add(c.candidate_id)
-            self._remember(c)
-        pending, untold = [], []
-        for rec in self.store.candidates():
-            if rec.agent not in self.agents:  # the composer's candidates cost no budget
-                continue
-            evals = self.store.evaluations(rec.id)
-            if not evals:
-                pending.append(rec)
-                continue
-            self.used += 1
-            self.per_agent[rec.agent] = self.per_agent.get(rec.agent, 0) + 1
-            inc = self.board.incumbent(rec.agent)
-            if inc is not None and inc.candidate_id == rec.id:
-                self.results[rec.agent] = {e.stage: e.result.per_workload for e in evals}
-            if rec.id not in concluded:
-                untold.append(
-                    (rec, evals[-1].result, inc is not None and inc.candidate_id == rec.id)
-                )
-        if self.used or pending:
-            self.event(
-                "resumed",
-                {
-                    "used": self.used,
-                    "redo": [r.id for r in pending],
-                    "told": [r.id for r, _, _ in untold],
-                },
-            )
-        for rec, result, improved in untold:  # judged, but the run died before the agent knew
-            self.plateau.record(rec.agent, improved)
-            self._observe(
-                rec.agent, result.model_copy(update={"improved": improved}), store_conclusion=True
-            )
-        for rec in pending:  # in flight when the run died: judged again, nothing else lost
-            if self._budget_left() > 0:
-                self._judge(rec)
+        restore(self)
 
 
 def _failure_text(result: CandidateResult) -> str:
