@@ -443,6 +443,7 @@ def test_registry() -> None:
         "precision",
         "cuda-graph",
         "gemm-tables",
+        "fp8-gemm",
         "tuner",
     }
     assert set(available_agents()) == expected and set(DEFAULT_AGENTS) == expected
@@ -450,7 +451,7 @@ def test_registry() -> None:
     assert [type(a) for a in agents] == [CompilerAgent, ReferenceAgent]
     assert [a.name for a in agents] == ["compiler", "reference"]
     assert make_agents(["reference"])[0] is not make_agents(["reference"])[0]
-    with pytest.raises(KernelArcError, match="available agents: compiler, cuda-graph, gemm-"):
+    with pytest.raises(KernelArcError, match="agents: compiler, cuda-graph, fp8-gemm, gemm-"):
         make_agents(["reference", "gpt"])
     with pytest.raises(KernelArcError, match="given twice"):
         make_agents(["compiler", "compiler"])

@@ -1,26 +1,26 @@
 """Large output tensors handed from a candidate worker to the reference worker on the GPU.
 
-**Experimental, off by default** (``GuardConfig.gpu_exchange``): on the H200 on 2026-12-01
-the guard's reference worker could not open the candidate worker's handles (driver error
-201, CUDA_ERROR_INVALID_CONTEXT; each worker runs in its own PID namespace there, a
-suspected cause) and fell back to files, and a direct test read wrong values at an offset
-of 1024 bytes into an allocation (cause not found), while ``benchmarks/ipc_probe.py``
-read correctly at offset 0 under every isolation level. Not to be turned on until those
-pass on the GPU (``tests/test_huge_tensors.py``, strict xfail).
+On by default on CUDA (``GuardConfig.gpu_exchange``). The file exchange
+(``protocol.SlotWriter``) copies every output through a shared-memory file; for a problem
+whose outputs are tens of GB (L2 025's gradients: 25.8 GB per call) that cost 5 s per
+correctness round on the H200. Here an output of at least ``IPC_MIN_BYTES`` crosses as a
+CUDA IPC handle instead (driver API through ``ctypes``: ``cuIpcGetMemHandle`` in the
+candidate worker, ``cuIpcOpenMemHandle`` in the reference worker), and the reference worker
+copies it into its own memory at once and closes the handle.
 
-The default exchange (``protocol.SlotWriter``) copies every output through a shared-memory
-file; for a problem whose outputs are tens of GB (L2 025's gradients: 25.8 GB per call) that
-took 23 s per correctness round on the H200. Here an output of at least ``IPC_MIN_BYTES``
-crosses as a CUDA IPC handle instead (driver API through ``ctypes``: ``cuIpcGetMemHandle``
-in the candidate worker, ``cuIpcOpenMemHandle`` in the reference worker), and the reference
-worker copies it into its own memory at once and closes the handle.
+The reference worker must not run in a PID namespace of its own when the candidate does:
+both are then PID 1 of their namespaces and the driver refuses the handle (error 201,
+CUDA_ERROR_INVALID_CONTEXT; presumably it takes the handle for one of the reader's own). Measured on
+the H200, 2026-12-02 (``benchmarks/ipc_probe.py --pairs``): every pair of isolation levels
+opens, except both sides under ``unshare --pid``. The guard therefore starts the reference
+worker without namespaces while this exchange is on (``Guard._isolation_of``).
 
 What the reference worker trusts: nothing of the header. The handle is opened by the driver
 (a forged one fails to open); the allocation's real extent is asked of the driver
 (``cuMemGetAddressRange``) and the header's offset and size must lie inside it; dtype and
 shape go through the same allow-list as the file headers. A failure to open is an
-:class:`ExchangeUnavailable` (the environment, e.g. separate PID namespaces, may forbid CUDA
-IPC): the guard then judges with files again, it never rejects a candidate for it.
+:class:`ExchangeUnavailable` (the environment may forbid CUDA IPC): the guard then judges
+with files again, it never rejects a candidate for it.
 
 Not covered: while the reference worker copies, the memory belongs to the candidate's process;
 that process is then blocked in the guard's request loop after a device synchronise, and

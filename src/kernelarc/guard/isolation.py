@@ -13,6 +13,11 @@ Each worker is a fresh ``python -m kernelarc.guard.worker`` in its own process g
 - its own stdout/stderr log file, and a hard deadline on every request: on expiry the whole
   process group is killed (SIGKILL).
 
+The reference worker (the problem's own code) gets the same, except while large outputs
+cross over CUDA IPC (``cuda_ipc.py``, on by default on CUDA): then it runs without
+namespaces, since two workers that are each PID 1 of their own namespace cannot share
+CUDA memory. The candidate's namespaces still hide the reference worker from it.
+
 Not isolated: the file system (the candidate can read what the user can, except what the
 sentinel blocks), GPU memory of other processes (the driver's own protection applies), and
 CPU/GPU time (no cgroup limits).

@@ -1,7 +1,7 @@
 """The built-in agents by name: what ``--agents reference,compiler`` resolves to.
 
 Covered: the model-free built-ins (reference in :mod:`kernelarc.proposers.builtin`,
-compiler, precision, cuda-graph, gemm-tables, rewrite, tuner). Not
+compiler, precision, cuda-graph, gemm-tables, fp8-gemm, rewrite, tuner). Not
 covered: LLM-backed agents, the seed agent (it needs the user's solutions: ``optimize
 --seed-solution``) and the test-only :class:`~kernelarc.proposers.scripted.ScriptedAgent`
 (construct those directly). Every registered agent is run through
@@ -17,6 +17,7 @@ from kernelarc.errors import KernelArcError
 from kernelarc.proposers.builtin import ReferenceAgent
 from kernelarc.proposers.compiler import CompilerAgent
 from kernelarc.proposers.cudagraph import CudaGraphAgent
+from kernelarc.proposers.fp8_gemm import Fp8GemmAgent
 from kernelarc.proposers.gemm_tables import GemmTablesAgent
 from kernelarc.proposers.precision import PrecisionAgent
 from kernelarc.proposers.rewrite import RewriteAgent
@@ -29,6 +30,7 @@ _BUILTINS: tuple[type[Agent], ...] = (
     PrecisionAgent,
     CudaGraphAgent,
     GemmTablesAgent,
+    Fp8GemmAgent,
     TunerAgent,
 )
 #: What ``kernelarc optimize`` runs when ``--agents`` is not given: every built-in.
