@@ -11,9 +11,10 @@ bound. torch.compile of the reference (default options, ``dynamic=False``: the g
 baseline) is timed in one more guard session on ``--compile-sample`` workloads spread over
 the input sizes (all workloads with ``--compile-sample 0``): compiling per shape is what
 makes it costly. Results go to ``OUT/agents_bench.json`` after every step (the search, then
-the baseline), so a truncated call keeps what finished. ``--deadline S`` (seconds from the
-start) skips the baseline and the problems that would start after it. Prints a short
-table last.
+the baseline), so a truncated call keeps what finished. "device s" is the time the guard
+spent judging candidates on the device plus the compile baseline's session. ``--deadline
+S`` (seconds from the start) skips the baseline and the problems that would start after
+it. Prints a short table last.
 """
 
 from __future__ import annotations
@@ -110,11 +111,21 @@ def trajectory(store: SQLiteStore) -> list[dict[str, Any]]:
     return rows
 
 
+def judged_s(store: SQLiteStore) -> float:
+    """Seconds the guard spent judging the agents' candidates (the sum of every stage's
+    evaluation wall time): the device's share of the search, compile baseline excluded."""
+    return sum(
+        float(st.get("wall_s") or 0.0)
+        for e in store.events("evaluated")
+        for st in dict(e.payload.get("stages") or {}).values()
+    )
+
+
 def best_results(run_dir: Path) -> dict[str, Any]:
     store = SQLiteStore(run_dir / "store.sqlite", readonly=True)
     events = store.events("best")
     if not events:
-        return {"trajectory": trajectory(store)}
+        return {"trajectory": trajectory(store), "judged_s": judged_s(store)}
     cid = str(events[-1].payload.get("candidate"))
     full = [e for e in store.evaluations(cid) if e.stage == "full"]
     cand = store.candidate(cid)
@@ -137,6 +148,7 @@ def best_results(run_dir: Path) -> dict[str, Any]:
             for r in per
         ],
         "candidates_by_agent": {a: sum(1 for x, _ in agents if x == a) for a, _ in agents},
+        "judged_s": judged_s(store),
         "trajectory": trajectory(store),
     }
 
@@ -211,6 +223,9 @@ def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
         "winner": (r.get("best") or {}).get("agent"),
         "bound_types": r.get("bound_types"),
         "wall_s": r["optimize"]["wall_s"] + (r.get("compile") or {}).get("wall_s", 0.0),
+        # device time: the guard judging the search's candidates, plus the compile baseline
+        "device_s": float((r.get("best") or {}).get("judged_s") or 0.0)
+        + float((r.get("compile") or {}).get("wall_s", 0.0)),
     }
 
 
@@ -282,14 +297,15 @@ def main() -> None:
 
     print(
         f"\n{'problem':8s} {'correct':>8s} {'vs eager':>9s} {'vs compile':>11s} "
-        f"{'bound':>7s} {'bound>=20us':>12s} {'winner':>12s} {'wall s':>7s}  bound type"
+        f"{'bound':>7s} {'bound>=20us':>12s} {'winner':>12s} {'wall s':>7s} {'device s':>8s}"
+        "  bound type"
     )
     for s in rows:
         comp = f"{f(s['vs_compile'])} ({s['compile_n']})"
         print(
             f"{s['problem']:8s} {s['correct']:>8s} {f(s['vs_eager']):>9s} {comp:>11s} "
             f"{f(s['frac_bound'], True):>7s} {f(s['frac_bound_big'], True):>12s} "
-            f"{str(s['winner']):>12s} {s['wall_s']:7.0f}  "
+            f"{str(s['winner']):>12s} {s['wall_s']:7.0f} {s.get('device_s', 0.0):8.0f}  "
             + ", ".join(f"{k} {v}" for k, v in sorted((s.get("bound_types") or {}).items()))
         )
     print(
