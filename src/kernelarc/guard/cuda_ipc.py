@@ -10,10 +10,11 @@ copies it into its own memory at once and closes the handle.
 
 The reference worker must not run in a PID namespace of its own when the candidate does:
 both are then PID 1 of their namespaces and the driver refuses the handle (error 201,
-CUDA_ERROR_INVALID_CONTEXT; presumably it takes the handle for one of the reader's own). Measured on
-the H200, 2026-12-02 (``benchmarks/ipc_probe.py --pairs``): every pair of isolation levels
-opens, except both sides under ``unshare --pid``. The guard therefore starts the reference
-worker without namespaces while this exchange is on (``Guard._isolation_of``).
+CUDA_ERROR_INVALID_CONTEXT; presumably it takes the handle for one of the reader's own).
+Measured on the H200, 2026-12-02 (``benchmarks/ipc_probe.py --pairs``): every pair of
+isolation levels opens, except both sides under ``unshare --pid``. The guard therefore
+starts the reference worker without namespaces while this exchange is on
+(``Guard._isolation_of``).
 
 What the reference worker trusts: nothing of the header. The handle is opened by the driver
 (a forged one fails to open); the allocation's real extent is asked of the driver

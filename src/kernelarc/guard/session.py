@@ -314,8 +314,11 @@ class CandidateSession:
             "timing",
         )
         self._tick("timing", t1)
-        for part, secs in (timed.get("phases_s") or {}).items():  # where the timing went
-            self.phases[f"timing.{part}"] = self.phases.get(f"timing.{part}", 0.0) + float(secs)
+        parts = timed.get("phases_s")  # where the timing went (diagnostics; malformed: none)
+        for part, secs in parts.items() if isinstance(parts, dict) else ():
+            if part in ("inputs", "calls", "outputs") and isinstance(secs, int | float):
+                key = f"timing.{part}"
+                self.phases[key] = self.phases.get(key, 0.0) + float(secs)
         t2 = time.monotonic()
         for seed, headers in timed["sampled"]:
             try:
