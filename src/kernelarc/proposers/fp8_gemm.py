@@ -29,6 +29,7 @@ other than sm90 (the replaced method falls back to the emulation there: no gain)
 from __future__ import annotations
 
 import ast
+import logging
 from typing import ClassVar
 
 from kernelarc.agents.base import Agent
@@ -44,6 +45,7 @@ from kernelarc.proposers.builtin import (
     outcome_of,
 )
 
+log = logging.getLogger(__name__)
 HELPER_CLASS = "CuBLASRefBlockwiseGemm"
 HELPER_PARAMS = ("self", "mat_a", "mat_b", "scale_a", "scale_recipe_a", "scale_b",
                  "scale_recipe_b", "bias", "output_dtype", "use_fast_accum")  # fmt: skip
@@ -220,13 +222,15 @@ class Fp8GemmAgent(Agent):
     def propose(self, context: AgentContext) -> Proposal | None:
         if self._proposed or self.skipped is not None:
             return None
-        if not context.device.startswith("cuda"):
-            self.skipped = "the native scaled GEMM needs a CUDA device"
-            return None
         definition = context.definition
-        why = why_not_applicable(definition)
+        why = (
+            why_not_applicable(definition)
+            if context.device.startswith("cuda")
+            else "the native scaled GEMM needs a CUDA device"
+        )
         if why is not None:
             self.skipped = why
+            log.info("fp8-gemm agent proposes nothing: %s", why)
             return None
         self._proposed = True
         self._classes = WorkloadClasses.of(definition, context.workloads)
