@@ -17,8 +17,9 @@ Self-validation, because the scale layouts are easy to get wrong and a wrong one
 plausible numbers: the first call per (shapes, recipes, dtypes, device) in a process also
 runs the emulation, tries the native variants in order, and keeps the first whose result
 matches it (99.9% of elements within 1% of the emulation plus 0.1% of its largest value);
-that call returns the emulation's result. A signature where no variant matches, or any
-raises, keeps the emulation. The guard judges the result as for any candidate.
+that call returns the emulation's result. A signature where no variant matches keeps the
+emulation; a variant that raises or disagrees is named on the worker's stderr. The guard
+judges the result as for any candidate.
 
 Covered: references that inline that helper (22 of the 156 dev problems) and call it with
 one of the recipes above (the 11 FP8 ones). Not covered: NVFP4/MX recipes (BlockWise1x16/
@@ -56,6 +57,8 @@ SUPPORTED = frozenset({"TensorWise", "RowWise", "BlockWise1x128", "BlockWise128x
 OVERRIDE = '''
 
 # --- kernelarc fp8-gemm: CuBLASRefBlockwiseGemm.scaled_mm on the native scaled GEMM ---
+import sys as _ka_sys
+
 import torch as _ka_torch
 import torch.nn.functional as _ka_F
 
@@ -146,11 +149,15 @@ def _ka_scaled_mm(self, mat_a, mat_b, scale_a, scale_recipe_a, scale_b, scale_re
     for i in range(4):
         try:
             got = _ka_variant(i, mat_a, mat_b, *scales, bias, output_dtype)
-        except Exception:
+        except Exception as e:  # this variant is not available here: try the next
+            print(f"kernelarc fp8-gemm: native variant {i} unavailable for {key}: {e!r}",
+                  file=_ka_sys.stderr)
             continue
         if _ka_agrees(got, want):
             _KA_CHOICE[key] = i
             break
+        print(f"kernelarc fp8-gemm: native variant {i} disagrees with the emulation for {key}",
+              file=_ka_sys.stderr)
     return want
 
 
