@@ -18,10 +18,11 @@ def run(hidden_states, weight, output):
     x = hidden_states.float()
     output.copy_(x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6) * weight.float())
 """
-# The same result, with 30 redundant passes over the data: clearly slower.
+# The same result, with 300 redundant passes over the data: clearly slower (with 30, a
+# loaded CI machine once read only 1.41x, within its noise).
 SLOW = FAST.replace(
     "    x = hidden_states.float()\n",
-    "    x = hidden_states.float()\n    for _ in range(30):\n        x = (x * 1.0).contiguous()\n",
+    "    x = hidden_states.float()\n    for _ in range(300):\n        x = (x * 1.0).contiguous()\n",
 )
 
 
