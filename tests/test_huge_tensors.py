@@ -239,10 +239,12 @@ def test_large_files_are_read_from_a_kept_mapping(tmp_path: Path) -> None:
 @needs_cuda
 def test_large_outputs_cross_through_files_when_asked(tmp_path: Path) -> None:
     problem = load_problem(_big_problem(tmp_path))
-    cfg = GuardConfig(device="cuda", rounds=2, warmup=2, iterations=10, warm_spare=False)
+    cfg = GuardConfig(
+        device="cuda", rounds=2, warmup=2, iterations=10, warm_spare=False, gpu_exchange=False
+    )
     right = _big_solution("    return torch.add(x, x).add_(1.0)", "ok")
     wrong = _big_solution("    return x * 2.0 + 1.5", "off")
-    with Guard(problem, cfg.model_copy(update={"gpu_exchange": False})) as guard:
+    with Guard(problem, cfg) as guard:
         assert not guard.gpu_exchange
         ok = guard.evaluate(right).traces[0].evaluation
         bad = guard.evaluate(wrong).traces[0].evaluation

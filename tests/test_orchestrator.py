@@ -285,7 +285,7 @@ def test_time_is_kept_for_the_composition_once_it_is_possible(
         store.close()
 
 
-def test_full_cost_estimate_errs_low() -> None:
+def test_full_cost_estimate_scales_a_screening_by_the_smaller_ratio() -> None:
     from kernelarc.orchestration.config import StageConfig
     from kernelarc.orchestration.judge import full_cost_estimate
 

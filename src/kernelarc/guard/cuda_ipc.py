@@ -100,24 +100,25 @@ class _Driver:
         self._call("cuIpcCloseMemHandle", ptr)
 
 
+def _attempt(name: str, *args: Any) -> str | None:
+    """One driver call; None when it succeeded, else why not."""
+    try:
+        _Driver()._call(name, *args)
+    except ExchangeUnavailable as e:
+        return str(e)
+    return None
+
+
 def host_register(ptr: int, nbytes: int) -> str | None:
     """Page-lock host memory for the current CUDA context; None when done, else why not.
     (The runtime's ``cudaHostRegister``, failing, left its error to be raised by the next
     kernel launch: a pageable fallback then crashed on the H200, 2026-12-02.)"""
-    try:
-        _Driver()._call("cuMemHostRegister_v2", ptr, nbytes, 0)
-    except ExchangeUnavailable as e:
-        return str(e)
-    return None
+    return _attempt("cuMemHostRegister_v2", ptr, nbytes, 0)
 
 
 def host_unregister(ptr: int) -> str | None:
     """Undo :func:`host_register`; None when done, else why not."""
-    try:
-        _Driver()._call("cuMemHostUnregister", ptr)
-    except ExchangeUnavailable as e:
-        return str(e)
-    return None
+    return _attempt("cuMemHostUnregister", ptr)
 
 
 @dataclass

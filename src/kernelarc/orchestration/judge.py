@@ -47,9 +47,10 @@ def full_cost_estimate(
     screen_s: float, n_workloads: int, n_screened: int, screen: StageConfig, full: StageConfig
 ) -> float:
     """Seconds a full evaluation should take, from one complete screening: per workload as
-    long as a screened one, times the ratio of correctness rounds (the smaller of the
-    rounds' and the timed calls' ratios: an estimate that errs low, so a warning based on
-    it is not a false alarm)."""
+    long as a screened one, times the smaller of the rounds' and the timed calls' ratios
+    (meant to err low, so a warning based on it is not a false alarm; it erred high for a
+    candidate that compiles at run time, whose screening is mostly compiling: the caller
+    leaves those out)."""
     ratio = min(
         full.rounds / screen.rounds,
         (full.warmup + full.iterations) / max(screen.warmup + screen.iterations, 1),

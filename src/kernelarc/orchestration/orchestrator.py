@@ -115,7 +115,7 @@ class Orchestrator:
     def _run(self) -> dict[str, Any]:
         from kernelarc.orchestration.finish import finish
 
-        self._restore()
+        restore(self)
         inflight: dict[Future[Any], str] = {}
         ready_at: dict[Future[Any], float] = {}  # ``told_s`` when each was first seen ready
         try:
@@ -463,9 +463,6 @@ class Orchestrator:
             self.memory.add(conclusion)
         except ValueError as e:
             self.event("conclusion_rejected", {"agent": conclusion.agent, "why": str(e)})
-
-    def _restore(self) -> None:
-        restore(self)
 
 
 def _failure_text(result: CandidateResult) -> str:
