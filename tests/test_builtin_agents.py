@@ -254,6 +254,36 @@ def test_compiler_leaves_board_incumbents_it_cannot_beat(problem: Problem) -> No
         CompilerAgent().restore({"bases": "c3"})
 
 
+def test_compiler_rebases_a_stale_proposal_onto_a_better_board_incumbent(
+    problem: Problem,
+) -> None:
+    """Asked on an empty board, the compiler proposes the reference's first configuration; once
+    a better incumbent is on the board, ``rebase`` compiles that instead and the configuration
+    comes back later; a board proposal moves to a still better base only; drafts stay."""
+    views = _board_views(problem)  # precision 2.0 (c3), cuda-graph 3.0, reference 5.0
+    agent = CompilerAgent()
+    empty = agent_context(problem, board=BoardSnapshot(version=0), incumbent=None)
+    stale = agent.propose(empty)
+    assert stale is not None and stale.tags == ("compiler", "default")
+    assert agent.rebase(stale, empty) is None  # nothing better on the board
+    board = BoardSnapshot(incumbents=views[:1], version=1)
+    now = agent.rebase(stale, agent_context(problem, board=board, incumbent=None))
+    assert now is not None and now.parent_id == "c3" and now.tags[-1] == "board"
+    assert agent.state()["tried"] == [] and agent.state()["pending_base"] == "c3"
+    # The same base again, or a weaker one, is no reason to rebase a board proposal.
+    assert agent.rebase(now, agent_context(problem, board=board, incumbent=None)) is None
+    tf32 = views[0].solution
+    better = incumbent_view("fp8-gemm", "c8", 4.0, tf32.model_copy(update={"name": "b"}))
+    board2 = BoardSnapshot(incumbents=(views[0], better), version=2)
+    moved = agent.rebase(now, agent_context(problem, board=board2, incumbent=None))
+    assert moved is not None and moved.parent_id == "c8"
+    assert agent.state()["bases"] == ["c8"], "c3 may be compiled later"
+    nxt = agent.propose(agent_context(problem, board=BoardSnapshot(version=2), incumbent=None))
+    assert nxt is not None and nxt.tags == ("compiler", "default"), "the configuration is back"
+    draft = nxt.model_copy(update={"mode": "draft"})
+    assert agent.rebase(draft, agent_context(problem, board=board2, incumbent=None)) is None
+
+
 # ------------------------------------------------------------------------------ conclusions
 
 

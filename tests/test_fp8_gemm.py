@@ -8,8 +8,9 @@ the same API as SOL-ExecBench's ``fp8_reference`` (``ScalingType``,
 CPU: which references the agent accepts (and, with the shared problem tree, exactly the
 FP8 ones of the dev set), the conformance contract, and a whole guard evaluation of its
 solution — on the CPU the replaced method falls back to the emulation, so it must equal
-the reference bit for bit. GPU (skipped without CUDA): on sm90 the native path is chosen
-and validated, and the guard passes the solution.
+the reference bit for bit; the same solution compiled by torch.compile, as the compiler
+agent compiles board incumbents. GPU (skipped without CUDA): on sm90 the native path is
+chosen and validated, and the guard passes the solution, compiled or not.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from _shared import shared_problems_root
 from kernelarc.agents.conformance import check_agent, make_context
 from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.problem.loader import Problem, load_problem
+from kernelarc.proposers.compile_board import compiled_base_solution, why_not_compilable
 from kernelarc.proposers.fp8_gemm import Fp8GemmAgent, native_solution_source, why_not_applicable
 
 REFERENCE = """import enum
@@ -132,7 +134,7 @@ def test_proposes_once_on_cuda_and_never_on_the_cpu(problem: Problem) -> None:
     assert agent.skipped and "CUDA" in agent.skipped
     agent = Fp8GemmAgent()
     p = agent.propose(make_context(problem, "cuda", agent))
-    assert p is not None and "CuBLASRefBlockwiseGemm.scaled_mm = _ka_scaled_mm" in (
+    assert p is not None and "CuBLASRefBlockwiseGemm.scaled_mm = _ka_disable(_ka_scaled_mm)" in (
         p.solution.sources[0].content or ""
     )
     assert agent.propose(make_context(problem, "cuda", agent)) is None
@@ -154,18 +156,33 @@ def test_on_the_cpu_the_solution_is_the_reference_bit_for_bit(problem: Problem) 
     assert sol["_KA_CHOICE"] == {}  # the native path was not even considered off CUDA
 
 
-def _assert_the_guard_passes_it(problem: Problem, cfg: GuardConfig) -> None:
+def _assert_the_guard_passes_it(problem: Problem, cfg: GuardConfig, compiled: bool = False) -> None:
     agent = Fp8GemmAgent()
     p = agent.propose(make_context(problem, "cuda", agent))
     assert p is not None
+    solution = p.solution
+    if compiled:  # as the compiler agent compiles a board incumbent
+        assert why_not_compilable(solution, problem.definition) is None
+        solution = compiled_base_solution(
+            solution, problem.definition, arguments="", name="fp8-compiled", what="fp8",
+            label="default settings",
+        )  # fmt: skip
     with Guard(problem, cfg) as guard:
-        res = guard.evaluate(p.solution)
+        res = guard.evaluate(solution)
     assert res.all_passed, [t.evaluation and t.evaluation.log for t in res.traces]
 
 
 def test_the_guard_passes_it_on_the_cpu(problem: Problem) -> None:
     _assert_the_guard_passes_it(
         problem, GuardConfig(device="cpu", rounds=2, warmup=1, iterations=3, warm_spare=False)
+    )
+
+
+def test_the_guard_passes_it_compiled_on_the_cpu(problem: Problem) -> None:
+    _assert_the_guard_passes_it(
+        problem,
+        GuardConfig(device="cpu", rounds=2, warmup=1, iterations=3, warm_spare=False),
+        compiled=True,
     )
 
 
@@ -196,6 +213,16 @@ def test_on_sm90_the_native_gemm_is_chosen_and_agrees(problem: Problem) -> None:
 def test_the_guard_passes_it_on_sm90(problem: Problem) -> None:
     _assert_the_guard_passes_it(
         problem, GuardConfig(device="cuda", rounds=3, warmup=2, iterations=10, warm_spare=False)
+    )
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_the_guard_passes_it_compiled_on_sm90(problem: Problem) -> None:
+    _assert_the_guard_passes_it(
+        problem,
+        GuardConfig(device="cuda", rounds=3, warmup=2, iterations=10, warm_spare=False),
+        compiled=True,
     )
 
 

@@ -55,6 +55,7 @@ from data.orchestrator.harness import (
 )
 from pydantic import ValidationError
 
+from kernelarc.agents.base import Rebasing
 from kernelarc.agents.memory import code_marker
 from kernelarc.agents.types import AgentContext, BoardSnapshot, Proposal
 from kernelarc.guard.evaluator import Guard
@@ -234,6 +235,49 @@ def test_under_a_time_limit_cheap_proposals_go_before_run_time_compiles(
     order = [c.agent for c in run.candidates]
     expected = {"no limit": "ABB", "limit": "BBA", "limit, deferral spent": "BAB"}[case]
     assert order == list(expected), run.describe()
+
+
+class Rebaser(Ranked, Rebasing):
+    """A scripted agent whose pending proposal ``rebase`` replaces by ``replacement`` (or
+    raises, with ``raises``); it records the contexts it was shown."""
+
+    def __init__(self, steps: list[Any], replacement: Solution, raises: bool = False) -> None:
+        super().__init__(steps, name="A")
+        self.replacement, self.raises = replacement, raises
+        self.rebase_contexts: list[AgentContext] = []
+
+    def rebase(self, proposal: Proposal, context: AgentContext) -> Proposal | None:
+        self.rebase_contexts.append(context)
+        if self.raises:
+            raise RuntimeError("rebase fails on purpose")
+        return Proposal(solution=self.replacement, hypothesis="rebased on the board")
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_a_deferred_proposal_is_rebased_when_the_board_changed(
+    guard: Guard, problem: Problem, tmp_path: Path, raises: bool
+) -> None:
+    """A's expensive proposal (it compiles) waits while B's cheap one is judged and becomes
+    B's incumbent; when A's turn comes the board has changed since A was asked, so A is asked
+    to rebase (it sees B's incumbent) and its replacement is what gets judged. A rebase that
+    raises is a failed proposal: reported, nothing judged for it."""
+    gate = threading.Barrier(2, timeout=WAIT_S)
+    compiled = rms("rc", fail=True)
+    compiled.sources[0].content += "\n# torch.compile(run) would go here\n"
+    a = Rebaser([together(gate, compiled)], rms("rr", fail=True), raises=raises)
+    b = ScriptedAgent([together(gate, rms("rb"))], name="B")
+    run = search(guard, problem, tmp_path, [a, b], budget=3, time_limit_s=3600.0)
+    info = run.describe()
+    assert [c.agent for c in run.candidates] == (["B"] if raises else ["B", "A"]), info
+    assert len(a.rebase_contexts) == 1, info
+    board = a.rebase_contexts[0].board
+    assert board is not None and [v.agent for v in board.incumbents] == ["B"], info
+    if raises:
+        assert "rebase fails on purpose" in run.payloads("propose_error")[0]["error"], info
+        assert not run.payloads("rebased"), info
+    else:
+        assert run.candidates[1].solution.name == "rms_rr", info
+        assert run.payloads("rebased")[0]["now"] == "rebased on the board", info
 
 
 @pytest.mark.parametrize("time_limit", [None, 3600.0])

@@ -1,12 +1,25 @@
 """The timing loop (kernelarc.guard.timing) on the CPU: call counts, the extension of the
-timed calls for fast kernels, and the escape rule. GPU timing methods are covered by
+timed calls for fast kernels, the escape rule, and where pool tensors are placed (on the
+GPU: small tensors on pages of their own). GPU timing methods are covered by
 tests/test_cupti.py and the H200 benchmarks, not here."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 import torch
 
-from kernelarc.guard.timing import TimingResult, _check_escape, time_calls
+from kernelarc.guard.timing import (
+    PLACEMENT_BYTES,
+    TimingResult,
+    _check_escape,
+    placed,
+    placed_elems,
+    shifted_copy,
+    tensor_bytes,
+    time_calls,
+)
 
 
 def _run(**kw: object) -> tuple[TimingResult, list[int]]:
@@ -96,3 +109,41 @@ def test_keep_gets_every_result_after_its_measurement() -> None:
     )
     assert res.calls == 5
     assert order == [(k, i) for i in range(5) for k in ("before", "keep")]
+
+
+def test_pool_tensors_are_padded_to_a_page_on_cuda_only() -> None:
+    cuda, cpu = SimpleNamespace(type="cuda"), torch.device("cpu")
+    assert placed_elems(100, 2, cuda) == PLACEMENT_BYTES // 2
+    assert placed_elems(100, 4, cpu) == 100
+    big = PLACEMENT_BYTES  # elements: larger than a page in any dtype
+    assert placed_elems(big, 2, cuda) == big
+    # The pool's memory estimate counts the padding a CUDA tensor will get (none here).
+    assert tensor_bytes([torch.ones(10), 3, torch.ones(2, dtype=torch.float64)]) == 56
+
+
+def test_shifted_copy_keeps_values_and_shape_and_moves_the_data() -> None:
+    t = torch.arange(12.0).view(3, 4)
+    c = shifted_copy(t, 16)
+    assert torch.equal(c, t) and c.shape == t.shape
+    assert c.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
+    assert c.storage_offset() == 16 and c.untyped_storage().nbytes() == (12 + 16) * 4
+
+
+def test_placed_leaves_cpu_tensors_and_scalars_alone() -> None:
+    t = torch.ones(4)
+    out = placed([t, 2.5, None])
+    assert out[0] is t and out[1:] == [2.5, None]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_placed_small_cuda_tensors_get_pages_of_their_own() -> None:
+    small = [torch.randn(1000, device="cuda") for _ in range(8)]
+    large = torch.empty(PLACEMENT_BYTES, dtype=torch.uint8, device="cuda")
+    out = placed([*small, large])
+    assert out[-1] is large  # not copied
+    for a, b in zip(small, out[:-1], strict=True):
+        assert torch.equal(a, b)
+        assert b.untyped_storage().nbytes() >= PLACEMENT_BYTES
+    starts = sorted(b.data_ptr() for b in out[:-1])
+    assert all(y - x >= PLACEMENT_BYTES for x, y in zip(starts, starts[1:], strict=False))

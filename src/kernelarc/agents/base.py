@@ -40,3 +40,18 @@ class Agent(ABC):
 
     def restore(self, state: dict[str, object]) -> None:  # noqa: B027 (optional hook)
         """Restore what :meth:`state` returned (default: nothing to restore)."""
+
+
+class Rebasing(ABC):
+    """An optional capability, beside :class:`Agent`, of strategies that build on the board.
+
+    A proposal is made when its agent is asked, but may be judged much later (under a time
+    limit an expensive one waits for cheap ones). When the board has changed in between,
+    the orchestrator calls :meth:`rebase` just before judging: the agent may replace the
+    proposal by one built on the board as it is now (the compiler: compile the new best
+    incumbent instead of the bare reference). The agent's own bookkeeping for the replaced
+    proposal is its business (it is never judged, and never observed)."""
+
+    @abstractmethod
+    def rebase(self, proposal: Proposal, context: AgentContext) -> Proposal | None:
+        """A replacement for ``proposal``, or None to judge it as it is."""

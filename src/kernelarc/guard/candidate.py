@@ -347,7 +347,7 @@ class CandidateRole:
 
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
 
-        from kernelarc.guard.timing import poison, pool_size, tensor_bytes, time_calls
+        from kernelarc.guard.timing import placed, poison, pool_size, tensor_bytes, time_calls
         from kernelarc.problem.schema import Workload
 
         wl = Workload.model_validate(msg["workload"])
@@ -365,7 +365,7 @@ class CandidateRole:
             )
             seeds = [int(s) for s in msg["seeds"][:n_pool]]
             pool = [first] + [_shifted(self._generate(wl, s), 64) for s in seeds[1:]]
-            outs = [self._alloc_outputs(wl) if self.dps else [] for _ in seeds]
+            outs = [placed(self._alloc_outputs(wl)) if self.dps else [] for _ in seeds]
         # Outputs kept for the judge: the middle timed call's and the latest call's. Any
         # other call's outputs are released before the next call (outside the timed region):
         # holding every slot's outputs alive made each call allocate fresh memory, a cost

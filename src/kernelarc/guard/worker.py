@@ -235,7 +235,7 @@ class ReferenceRole:
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
         import torch
 
-        from kernelarc.guard.timing import pool_size, tensor_bytes, time_calls
+        from kernelarc.guard.timing import placed, pool_size, tensor_bytes, time_calls
         from kernelarc.problem.schema import Workload
 
         wl = Workload.model_validate(msg["workload"])
@@ -247,11 +247,12 @@ class ReferenceRole:
             if self.compiled is None:
                 self.compiled = torch.compile(self.module.run, dynamic=False)
             fn = self.compiled
-        # The same pool rule as for candidates (distinct input sets, as many as fit), so a
-        # reference is not timed on hotter caches than the solutions it is compared with.
+        # The same pool rule as for candidates (distinct input sets, as many as fit, small
+        # tensors on pages of their own), so a reference is not timed on hotter caches or
+        # other placements than the solutions it is compared with.
         calls = int(msg["warmup"]) + int(msg["iterations"])
         t0 = time.monotonic()
-        first = list(self._inputs(wl, int(msg["seeds"][0])).values.values())
+        first = placed(list(self._inputs(wl, int(msg["seeds"][0])).values.values()))
         n_pool = pool_size(
             tensor_bytes(first),
             min(calls, len(msg["seeds"])),
@@ -259,7 +260,7 @@ class ReferenceRole:
             cap=int(msg.get("pool_sets", 0)),
         )
         pool = [first] + [
-            list(self._inputs(wl, int(s)).values.values()) for s in msg["seeds"][1:n_pool]
+            placed(list(self._inputs(wl, int(s)).values.values())) for s in msg["seeds"][1:n_pool]
         ]
         t1 = time.monotonic()
         res = time_calls(

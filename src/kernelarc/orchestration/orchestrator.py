@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from kernelarc.agents.base import Agent
+from kernelarc.agents.base import Agent, Rebasing
 from kernelarc.agents.board import Board
 from kernelarc.agents.memory import ConclusionMemory
 from kernelarc.agents.plateau import PlateauTracker
@@ -137,8 +137,9 @@ class Orchestrator:
                     ready_at.setdefault(f, self.told_s)
                 fut = min(done, key=lambda f: self._order(inflight[f], f, ready_at[f]))
                 del ready_at[fut]
+                name = inflight.pop(fut)
                 t0 = time.monotonic()
-                self._tell(inflight.pop(fut), fut)
+                self._tell(name, self._rebased(name, fut))
                 self.told_s += time.monotonic() - t0
         except KeyboardInterrupt:
             self.interrupted = True
@@ -270,9 +271,31 @@ class Orchestrator:
         return max(t + self.screen_cost.get(c, 0.0) for c, t in self.full_s.items())
 
     # ------------------------------------------------------------------ ask
-    def _context(self, name: str) -> AgentContext:
+    def _rebased(self, name: str, fut: Future[Any]) -> Future[Any]:
+        """``fut``, or a future of the proposal its agent (:class:`Rebasing`) builds instead
+        on the board as it is now, when the board changed after the agent was asked."""
+        agent = self.agents[name]
+        if not (isinstance(agent, Rebasing) and self.config.board) or fut.exception():
+            return fut
+        proposal = fut.result()
+        if not isinstance(proposal, Proposal) or self.asked.get(name) == self.board.version:
+            return fut
+        out: Future[Any] = Future()
+        try:
+            new = agent.rebase(proposal, self._context(name, drafting=False))
+        except Exception as e:  # counted and reported as a failed proposal
+            out.set_exception(e)
+            return out
+        if new is None:
+            return fut
+        was, now = proposal.hypothesis[:300], new.hypothesis[:300]
+        self.event("rebased", {"agent": name, "board": self.board.version, "was": was, "now": now})
+        out.set_result(new)
+        return out
+
+    def _context(self, name: str, drafting: bool = True) -> AgentContext:
         agent, cfg = self.agents[name], self.config
-        must_draft = cfg.drafting and self.plateau.must_draft(name)
+        must_draft = drafting and cfg.drafting and self.plateau.must_draft(name)
         if must_draft:
             self.plateau.reset(name)
             self.event("draft_requested", {"agent": name})

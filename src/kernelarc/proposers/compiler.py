@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from kernelarc.agents.base import Agent
+from kernelarc.agents.base import Agent, Rebasing
 from kernelarc.agents.types import (
     AgentContext,
     CandidateResult,
@@ -108,8 +108,10 @@ def _variant_named(name: str) -> CompileVariant:
     raise ValueError(f"compiler agent state names an unknown configuration {name!r} ({known})")
 
 
-class CompilerAgent(Agent):
-    """Proposes ``torch.compile`` variants of the reference, one configuration per call."""
+class CompilerAgent(Agent, Rebasing):
+    """Proposes ``torch.compile`` variants of the reference, one configuration per call, and
+    compiles better board incumbents first; a pending proposal made before a better
+    incumbent appeared is rebased onto it (:meth:`rebase`)."""
 
     name = "compiler"
     strategy = "compiler"
@@ -233,6 +235,27 @@ class CompilerAgent(Agent):
             mode="draft" if draft else "refine",
             tags=("compiler", variant.name),
         )
+
+    def rebase(self, proposal: Proposal, context: AgentContext) -> Proposal | None:
+        """The pending proposal, made before the board last changed, replaced by a compile of
+        the board's best qualifying incumbent when one is better than what it compiles (the
+        reference, or a weaker base); the replaced configuration or base is tried later."""
+        if self._pending is None or proposal.mode == "draft":
+            return None
+        base = self._board_base(context)
+        if base is None:
+            return None
+        views = context.board.incumbents if context.board else ()
+        pending = [v.score for v in views if v.candidate_id == self._pending_base]
+        if pending and base.score <= pending[0]:  # the pending base is still the better one
+            return None
+        if self._pending_base is None:  # a configuration of the reference: put it back
+            self._tried.remove(self._pending)
+            self._index = COMPILE_VARIANTS.index(_variant_named(self._pending))
+        else:
+            self._bases.remove(self._pending_base)
+        self._count -= 1
+        return self._propose_on(context, base)
 
     def observe(self, result: CandidateResult) -> Conclusion:
         variant = _variant_named(self._pending) if self._pending else None
