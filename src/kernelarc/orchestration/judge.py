@@ -43,19 +43,17 @@ if TYPE_CHECKING:
     from kernelarc.guard.session import CandidateSession
 
 
-def full_cost_estimate(
-    screen_s: float, n_workloads: int, n_screened: int, screen: StageConfig, full: StageConfig
-) -> float:
-    """Seconds a full evaluation should take, from one complete screening: per workload as
-    long as a screened one, times the smaller of the rounds' and the timed calls' ratios
-    (meant to err low, so a warning based on it is not a false alarm; it erred high for a
-    candidate that compiles at run time, whose screening is mostly compiling: the caller
-    leaves those out)."""
-    ratio = min(
-        full.rounds / screen.rounds,
-        (full.warmup + full.iterations) / max(screen.warmup + screen.iterations, 1),
-    )
-    return screen_s * n_workloads / max(n_screened, 1) * max(ratio, 1.0)
+def full_cost_estimate(screen_s: float, n_workloads: int, n_screened: int) -> float:
+    """Seconds a full evaluation should take, from one complete screening: each workload as
+    long as a screened one. Not scaled up by the full protocol's larger rounds and call
+    counts: a screening also pays each shape's first-call costs (cuBLAS heuristics, a
+    candidate's own warm-up, the reference's first computations), which the full stage does
+    not pay again. On the H200 (Q 001, 4 of 16 workloads screened) screenings of 5.7-11.6 s
+    were followed by full evaluations of 17.5-44.5 s, where the rounds' ratio (10/3) put them
+    at 105-213 s; on L2 025, where every round is costly, this errs low (~560 s against
+    ~600 s measured for one full evaluation). A candidate that compiles at run time screens
+    mostly compiling: the caller leaves those out."""
+    return screen_s * n_workloads / max(n_screened, 1)
 
 
 def screening_set(workloads: Sequence[Workload], sizes: Sequence[int], k: int) -> list[Workload]:

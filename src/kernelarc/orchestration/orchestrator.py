@@ -192,9 +192,7 @@ class Orchestrator:
             return
         if len(screened.per_workload) < len(judge.screen_set):
             return
-        est = full_cost_estimate(
-            screen_s, len(self.problem.workloads), len(judge.screen_set), cfg.screen, cfg.full
-        )
+        est = full_cost_estimate(screen_s, len(self.problem.workloads), len(judge.screen_set))
         if est > self.time_left_total():
             self.full_cost_warned = True
             self.event(
