@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from kernelarc.agents.base import Rebasing
 from kernelarc.agents.conformance import check_agent, reference_solution
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
 from kernelarc.examples import example_dir
@@ -132,6 +133,20 @@ class TypeErrorRestore(ReferenceAgent):
         self._proposed = proposed + 0 == 1  # a str raises TypeError, not ValueError
 
 
+class RebasesBadly(ReferenceAgent, Rebasing):
+    """Rebases onto a solution of another problem's definition."""
+
+    def rebase(self, proposal: Proposal, context: AgentContext) -> Proposal | None:
+        sol = proposal.solution.model_copy(update={"definition": "some_other_problem"})
+        return proposal.model_copy(update={"solution": sol})
+
+
+class RebaseMutatesContext(ReferenceAgent, Rebasing):
+    def rebase(self, proposal: Proposal, context: AgentContext) -> Proposal | None:
+        context.bounds_ms["sneaky"] = 0.0
+        return None
+
+
 @pytest.mark.parametrize(
     ("broken", "check", "detail"),
     [
@@ -149,6 +164,8 @@ class TypeErrorRestore(ReferenceAgent):
         (ForgetfulRestore, "state", "a restored agent proposes"),
         (LenientRestore, "restore_rejects_garbage", "accepted 'proposed'"),
         (TypeErrorRestore, "restore_rejects_garbage", "raised TypeError"),
+        (RebasesBadly, "rebase", "names definition 'some_other_problem'"),
+        (RebaseMutatesContext, "rebase", "mutated the context"),
     ],
 )
 def test_each_check_catches_a_broken_agent(

@@ -24,6 +24,9 @@ Covered, for one agent on one problem:
   it makes the same next proposal (same content hash, or None for both).
 - ``restore_rejects_garbage``: replacing any one top-level key of the state by a value of
   another JSON type makes ``restore`` raise ``ValueError`` (not another exception).
+- ``rebase`` (agents that are also :class:`~kernelarc.agents.base.Rebasing`): a proposal
+  made on an empty board, rebased on the rich context, gives None or a proposal that passes
+  the ``propose`` checks; the context is not mutated; the state afterwards survives JSON.
 
 Not covered: whether the strategy is any good, real guard verdicts (the agent's own tests
 judge its candidates through the guard), C++ builds on machines without a toolchain (they
@@ -42,7 +45,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, get_args
 
-from kernelarc.agents.base import Agent
+from kernelarc.agents.base import Agent, Rebasing
 from kernelarc.agents.memory import check_claim
 from kernelarc.agents.types import (
     AgentContext,
@@ -83,6 +86,7 @@ def check_agent(
     check_observe(make_agent, problem, device)
     check_state(make_agent, problem, device)
     check_restore_rejects_garbage(make_agent, problem, device)
+    check_rebase(make_agent, problem, device)
 
 
 # ---------------------------------------------------------------- helpers
@@ -417,3 +421,23 @@ __all__ = [
     "make_result",
     "reference_solution",
 ]
+
+
+def check_rebase(make_agent: AgentFactory, problem: Problem, device: str = "cpu") -> None:
+    c = "rebase"
+    agent: Agent = _call(c, "the factory", make_agent)
+    if not isinstance(agent, Rebasing):
+        return
+    empty = make_context(problem, device, agent, board=BoardSnapshot(version=0), incumbent=None)
+    proposal = _call(c, "propose() on an empty board", partial(agent.propose, empty))
+    if proposal is None:
+        return
+    ctx = make_context(problem, device, agent)
+    before = ctx.model_dump(mode="json")
+    new = _call(c, "rebase()", partial(agent.rebase, proposal, ctx))
+    _expect(c, ctx.model_dump(mode="json") == before, "rebase() mutated the context it was given")
+    if new is not None:
+        with tempfile.TemporaryDirectory(prefix="kernelarc-agent-conformance-") as tmp:
+            _check_proposal(c, problem, new, Path(tmp))
+    state = _call(c, "state() after rebase()", agent.state)
+    _call(c, "state() through JSON", lambda: json.loads(json.dumps(state)))
