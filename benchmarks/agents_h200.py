@@ -2,6 +2,7 @@
 
     python benchmarks/agents_h200.py --problems ROOT [--only 007,002,...] [--budget 16]
         [--time-limit 240] [--compile-sample 3] [--out DIR]
+    python benchmarks/agents_h200.py --merge A/agents_bench.json B/agents_bench.json ...
 
 For each problem (default: the six of issue 4) this runs the real CLI in a subprocess,
 ``kernelarc optimize PROBLEM --device cuda --budget B --time-limit T --json``, then reads
@@ -14,7 +15,8 @@ makes it costly. Results go to ``OUT/agents_bench.json`` after every step (the s
 the baseline), so a truncated call keeps what finished. "device s" is the time the guard
 spent judging candidates on the device plus the compile baseline's session. ``--deadline
 S`` (seconds from the start) skips the baseline and the problems that would start after
-it. Prints a short table last.
+it. Prints a short table last; ``--merge`` prints one table (and geomeans) over the
+results of several calls, when the benchmark is split over device calls.
 """
 
 from __future__ import annotations
@@ -231,7 +233,13 @@ def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--problems", type=Path, required=True)
+    ap.add_argument("--problems", type=Path)
+    ap.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        help="print the table of these agents_bench.json files (split runs) and exit",
+    )
     ap.add_argument("--only", default=",".join(SIX))
     ap.add_argument("--budget", type=int, default=16)
     ap.add_argument("--time-limit", type=float, default=240.0)
@@ -241,6 +249,11 @@ def main() -> None:
     ap.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a dry run)")
     ap.add_argument("--deadline", type=float, default=None, help="seconds for the whole script")
     args = ap.parse_args()
+    if args.merge:
+        print_table(merge(args.merge))
+        return
+    if args.problems is None:
+        ap.error("--problems is required (or --merge FILE...)")
     t_start = time.monotonic()
 
     def late() -> bool:
@@ -290,7 +303,11 @@ def main() -> None:
         r["summary"] = summarize(key, r)
         save()
         print(json.dumps(r["summary"], default=str), flush=True)
-    rows = [r["summary"] for r in results.values()]
+    print_table(results)
+
+
+def print_table(results: dict[str, Any]) -> None:
+    rows = [r["summary"] for r in results.values() if "summary" in r]
 
     def f(x: float | None, pct: bool = False) -> str:
         return "-" if x is None else (f"{x:.1%}" if pct else f"{x:.2f}x")
@@ -313,6 +330,25 @@ def main() -> None:
         f"{f(geomean([s['vs_compile'] or 0 for s in rows]))}, bound "
         f"{f(geomean([s['frac_bound'] or 0 for s in rows]), True)}"
     )
+
+
+def merge(files: list[Path]) -> dict[str, Any]:
+    """The problems of several ``agents_bench.json`` files (the benchmark split over device
+    calls); a problem in a later file replaces the same problem of an earlier one."""
+    results: dict[str, Any] = {}
+    for path in files:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            sys.exit(f"--merge: cannot read {path}: {e}")
+        if not isinstance(data, dict):
+            sys.exit(f"--merge: {path} is not an agents_bench.json (a JSON object by problem)")
+        for key, r in data.items():
+            if not isinstance(r, dict) or "summary" not in r:
+                print(f"--merge: {path}: {key} has no summary (unfinished), left out")
+                continue
+            results[key] = r
+    return results
 
 
 if __name__ == "__main__":

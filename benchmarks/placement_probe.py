@@ -12,7 +12,14 @@ carved out of ``--placements`` separate 64 MiB allocations, each kept alive so t
 placement has its own memory, then once more on the first placement (drift within the
 process), then rotating over all placements call by call. If the per-placement medians
 spread about as much as whole evaluations do, placement explains the spread, and a timing
-pool spread over several allocations would average it out. Prints a short table last.
+pool spread over several allocations would average it out.
+
+``--flush-placements K`` then keeps the tensors on the first placement and moves the L2
+flush buffer instead (the timing loop allocates it afresh for every loop; a kept 160 MiB
+spacer before each loop makes the next one land elsewhere): the flush leaves the L2 full
+of that buffer's dirty lines, which the kernel's misses evict, so its placement may matter
+too (a suspect for what still differs between processes once the pool is spread). Prints a
+short table last.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import importlib.util
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -81,12 +89,13 @@ def main() -> int:
     ap.add_argument("--placements", type=int, default=12)
     ap.add_argument("--iterations", type=int, default=300)
     ap.add_argument("--no-cupti", action="store_true")
+    ap.add_argument("--flush-placements", type=int, default=0)
     a = ap.parse_args()
     cupti = not a.no_cupti
     run = _kernel()
     gen = torch.Generator(device="cuda").manual_seed(0)
     arenas = [torch.empty(ARENA, dtype=torch.uint8, device="cuda") for _ in range(a.placements)]
-    table = []
+    table: list[dict[str, Any]] = []
     for rows in [int(r) for r in a.rows.split(",")]:
         sets = [_carve(arena, rows, gen) for arena in arenas]
         per = [_time(run, [s], a.iterations, cupti) for s in sets]
@@ -95,7 +104,7 @@ def main() -> int:
         meds = [p["median_us"] for p in per]
         iqms = [p["iqm_us"] for p in per]
         mid = statistics.median(meds)
-        line = {
+        line: dict[str, Any] = {
             "rows": rows,
             "method": per[0]["method"],
             "placement_medians_us": [round(m, 4) for m in meds],
@@ -107,6 +116,15 @@ def main() -> int:
             "rotating_median_us": rot["median_us"],
             "rotating_iqm_us": rot["iqm_us"],
         }
+        if a.flush_placements:
+            spacers = []
+            flush = []
+            for _ in range(a.flush_placements):
+                flush.append(_time(run, [sets[0]], a.iterations, cupti)["median_us"])
+                spacers.append(torch.empty(160 << 20, dtype=torch.uint8, device="cuda"))
+            line["flush_placement_medians_us"] = [round(m, 4) for m in flush]
+            line["flush_spread_pct"] = 100 * (max(flush) - min(flush)) / statistics.median(flush)
+            del spacers
         print(line, flush=True)
         table.append(line)
     print(f"\n{'rows':>5} {'timer':>7} {'med min':>8} {'med max':>8} {'spread%':>8} "
@@ -117,6 +135,11 @@ def main() -> int:
               f"{t['spread_median_pct']:8.2f} {t['spread_iqm_pct']:8.2f} "
               f"{t['first_again_us']:9.4f} {t['rotating_median_us']:8.4f} "
               f"{t['rotating_iqm_us']:8.4f}")  # fmt: skip
+    for t in table:
+        if "flush_placement_medians_us" in t:
+            fl = t["flush_placement_medians_us"]
+            print(f"rows {t['rows']}: flush buffer moved {len(fl)} times, tensors fixed: "
+                  f"{min(fl):.4f}-{max(fl):.4f} us ({t['flush_spread_pct']:.2f}%)")  # fmt: skip
     return 0
 
 

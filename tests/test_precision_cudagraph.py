@@ -289,6 +289,27 @@ def test_cudagraph_agent_wraps_best_once_per_change(rms: Problem) -> None:
     assert third is not None and third.parent_id == "c9"
 
 
+def test_cudagraph_agent_rebases_a_wrap_made_before_the_board_changed(rms: Problem) -> None:
+    """Asked on an empty board it wraps the reference; when a wrappable incumbent appears
+    before that wrap is judged, ``rebase`` wraps the incumbent instead, and the reference can
+    be wrapped later; a wrap of the board's current best, a draft and the CPU stay as they are."""
+    agent = CudaGraphAgent()
+    first = agent.propose(agent_context(rms, device="cuda"))
+    assert first is not None and first.parent_id is None
+    assert agent.rebase(first, agent_context(rms, device="cuda")) is None, "nothing new"
+    board = _board(_view("tuner", "t1", 2.0, _example(rms, "solution_triton.json")))
+    assert agent.rebase(first, agent_context(rms, board=board)) is None, "the CPU: no graphs"
+    moved = agent.rebase(first, agent_context(rms, device="cuda", board=board))
+    assert moved is not None and moved.parent_id == "t1" and "board" in moved.tags
+    assert agent.state()["wrapped"] == ["t1"] and agent.state()["count"] == 1
+    assert agent.rebase(moved, agent_context(rms, device="cuda", board=board)) is None
+    draft = moved.model_copy(update={"mode": "draft"})
+    newer = _board(*board.incumbents, _view("compiler", "c9", 3.0, _reference(rms)))
+    assert agent.rebase(draft, agent_context(rms, device="cuda", board=newer)) is None
+    again = agent.propose(agent_context(rms, device="cuda"))
+    assert again is not None and again.parent_id is None, "the reference is wrapped later"
+
+
 def test_cudagraph_agent_concludes_and_round_trips(rms: Problem, rms_guard: Guard) -> None:
     agent = CudaGraphAgent()
     proposal = agent.propose(agent_context(rms, device="cuda"))

@@ -35,6 +35,8 @@ the CPU path exists so the wrapper's signature logic can be tested without a GPU
 The agent wraps the best other agent's incumbent on the board when it is a Python-group
 solution (C++-group bases cannot be wrapped, see ``wrap.py``), else the reference, and
 proposes again whenever the board's best changes to a candidate it has not wrapped yet.
+A wrap proposed before the board's best changed, and not yet judged (under a time limit
+cheap proposals wait their turn), is rebased onto the new best (``rebase``).
 
 Not covered: graphs across several devices, tensors nested in containers, dynamic shapes
 inside one signature, bases that themselves capture graphs (``reduce-overhead``): the nested
@@ -45,7 +47,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from kernelarc.agents.base import Agent
+from kernelarc.agents.base import Agent, Rebasing
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
 from kernelarc.problem.schema import Definition, Solution
 from kernelarc.proposers.builtin import (
@@ -256,8 +258,9 @@ def graph_solution(base: Solution, definition: Definition, *, name: str, what: s
     )
 
 
-class CudaGraphAgent(Agent):
-    """Wraps the board's best (or the reference) in CUDA-graph capture; CUDA only."""
+class CudaGraphAgent(Agent, Rebasing):
+    """Wraps the board's best (or the reference) in CUDA-graph capture; CUDA only. A wrap
+    still waiting to be judged when the board's best changes is rebased onto the new best."""
 
     name = "cuda-graph"
     strategy = "cuda-graph"
@@ -274,11 +277,11 @@ class CudaGraphAgent(Agent):
         self._pending: dict[str, Any] | None = None
         self._classes = WorkloadClasses()
 
-    def propose(self, context: AgentContext) -> Proposal | None:
-        if not context.device.startswith("cuda"):
-            return None
-        definition = context.definition
-        self._classes = WorkloadClasses.of(definition, context.workloads)
+    def _choice(
+        self, context: AgentContext
+    ) -> tuple[str, Solution, str | None, str, dict[str, float]]:
+        """The base to wrap now: the board's best wrappable incumbent of another agent, else
+        the reference (key, solution, parent id, label, its latencies)."""
         others = context.board.others(self.name) if context.board else ()
         usable = sorted(
             (i for i in others if why_not_wrappable(i.solution) is None),
@@ -287,13 +290,35 @@ class CudaGraphAgent(Agent):
         )
         if usable:
             best = usable[0]
-            key, base, parent = best.candidate_id, best.solution, best.candidate_id
-            label, baseline = f"{best.agent}'s incumbent {best.candidate_id}", best.latencies_ms
-        else:
-            key, parent, label, baseline = REFERENCE_BASE, None, "the reference", {}
-            base = reference_solution(
-                definition, agent=self.name, description="The problem's reference implementation."
-            )
+            label = f"{best.agent}'s incumbent {best.candidate_id}"
+            return best.candidate_id, best.solution, best.candidate_id, label, best.latencies_ms
+        base = reference_solution(
+            context.definition,
+            agent=self.name,
+            description="The problem's reference implementation.",
+        )
+        return REFERENCE_BASE, base, None, "the reference", {}
+
+    def rebase(self, proposal: Proposal, context: AgentContext) -> Proposal | None:
+        """The pending wrap replaced by a wrap of the board's best, when that changed since
+        the proposal was made (and is not wrapped yet); the pending base may be wrapped later."""
+        pending = self._pending
+        if pending is None or proposal.mode == "draft" or not context.device.startswith("cuda"):
+            return None
+        key = self._choice(context)[0]
+        if key == pending["base"] or key in self._wrapped:
+            return None
+        self._wrapped.remove(str(pending["base"]))
+        self._count -= 1
+        self._pending = None
+        return self.propose(context)
+
+    def propose(self, context: AgentContext) -> Proposal | None:
+        if not context.device.startswith("cuda"):
+            return None
+        definition = context.definition
+        self._classes = WorkloadClasses.of(definition, context.workloads)
+        key, base, parent, label, baseline = self._choice(context)
         if key in self._wrapped:
             return None
         self._wrapped.append(key)

@@ -1,0 +1,50 @@
+"""``benchmarks/agents_h200.py --merge``: one table over the results of split device calls.
+
+Covered: two result files merged (a later file's problem replaces an earlier one's, an
+unfinished problem is left out with a message), geomeans over the merged rows, and a file
+that is not a result file named in the error. Not covered: the benchmark's GPU runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "agents_h200.py"
+
+
+def _summary(problem: str, vs_compile: float, bound: float) -> dict[str, object]:
+    return {
+        "problem": problem, "correct": "4/4", "vs_eager": 2.0, "vs_compile": vs_compile,
+        "compile_n": 1, "frac_bound": bound, "frac_bound_big": bound, "big_n": 4,
+        "winner": "compiler", "bound_types": {"compute": 4}, "wall_s": 10.0, "device_s": 9.0,
+    }  # fmt: skip
+
+
+def _run(*files: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, str(SCRIPT), "--merge", *map(str, files)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_merge_prints_one_table_over_split_runs(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"P1": {"summary": _summary("P1", 9.0, 0.9)},
+                             "P2": {"summary": _summary("P2", 1.0, 0.1)}}))  # fmt: skip
+    b.write_text(json.dumps({"P2": {"summary": _summary("P2", 4.0, 0.4)},
+                             "P3": {"optimize": {}}}))  # fmt: skip
+    out = _run(a, b)
+    assert out.returncode == 0, out.stderr
+    assert "P3 has no summary" in out.stdout
+    rows = [line for line in out.stdout.splitlines() if line.startswith("P")]
+    assert [r.split()[0] for r in rows] == ["P1", "P2"]
+    assert "4.00x" in rows[1], "the later file's P2 replaces the earlier one"
+    assert "vs compile 6.00x, bound 60.0%" in out.stdout  # sqrt(9*4), sqrt(0.9*0.4)
+
+
+def test_merge_names_a_file_it_cannot_read(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    out = _run(bad)
+    assert out.returncode != 0 and f"{bad} is not an agents_bench.json" in out.stderr
