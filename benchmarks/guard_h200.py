@@ -99,6 +99,9 @@ def judge(problem_dir: Path, solutions: list[Path], **cfg: Any) -> list[dict[str
                     ),
                     "latency_ms": [o.latency_ms for o in res.outcomes],
                     "iqm_ms": [(o.latency or {}).get("iqm_ms") for o in res.outcomes],
+                    "median_interp_ms": [
+                        (o.latency or {}).get("median_interp_ms") for o in res.outcomes
+                    ],
                     "reference_ms": [o.reference_ms for o in res.outcomes],
                     "method": next((o.latency or {}).get("method") for o in res.outcomes),
                     "axes": [t.workload.axes for t in res.traces],
@@ -230,13 +233,15 @@ def report(results: dict[str, Any]) -> None:
                 f"  per-workload (max-min)/median over {len(runs)} runs: "
                 f"max {max(spreads):.2%}, median {statistics.median(spreads):.2%}"
             )
-            iqm = [[r["iqm_ms"][w] for r in runs] for w in range(n)]
-            if all(v is not None for row in iqm for v in row):
-                iq = [(max(row) - min(row)) / statistics.median(row) for row in iqm]
-                print(
-                    f"  same for the interquartile mean: max {max(iq):.2%}, "
-                    f"median {statistics.median(iq):.2%}"
-                )
+            alt = (("iqm_ms", "interquartile mean"), ("median_interp_ms", "median between ticks"))
+            for key, what in alt:
+                rows = [[(r.get(key) or [None] * n)[w] for r in runs] for w in range(n)]
+                if all(v is not None for row in rows for v in row):
+                    sp = [(max(row) - min(row)) / statistics.median(row) for row in rows]
+                    print(
+                        f"  same for the {what}: max {max(sp):.2%}, "
+                        f"median {statistics.median(sp):.2%}"
+                    )
             for w in range(n):
                 meds = [r["latency_ms"][w] for r in runs]
                 print(

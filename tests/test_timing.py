@@ -18,6 +18,7 @@ from kernelarc.guard.timing import (
     placed_elems,
     shifted_copy,
     tensor_bytes,
+    tick_median,
     time_calls,
 )
 
@@ -147,3 +148,31 @@ def test_placed_small_cuda_tensors_get_pages_of_their_own() -> None:
         assert b.untyped_storage().nbytes() >= PLACEMENT_BYTES
     starts = sorted(b.data_ptr() for b in out[:-1])
     assert all(y - x >= PLACEMENT_BYTES for x, y in zip(starts, starts[1:], strict=False))
+
+
+def test_tick_median_reads_between_the_ticks_of_a_coarse_clock() -> None:
+    tick = 0.032
+    lo, mid, hi = 2.240, 2.240 + tick, 2.240 + 2 * tick
+    # 30% / 50% / 20%: the median tick holds the 30th-80th percentiles; the 50th lies 40%
+    # of the way into it.
+    s = sorted([lo] * 300 + [mid] * 500 + [hi] * 200)
+    assert tick_median(s) == pytest.approx(mid - tick / 2 + tick * 0.4)
+    assert tick_median(sorted([lo] * 250 + [mid] * 500 + [hi] * 250)) == pytest.approx(mid)
+    # A small shift of the distribution moves it a little, where the plain median jumps a tick.
+    shifted = sorted([lo] * 240 + [mid] * 500 + [hi] * 260)
+    assert (
+        0
+        < tick_median(shifted) - tick_median(sorted([lo] * 250 + [mid] * 500 + [hi] * 250))
+        < tick / 10
+    )
+
+
+def test_tick_median_is_the_plain_median_of_unquantised_or_few_samples() -> None:
+    import random
+    import statistics
+
+    rng = random.Random(0)
+    fine = sorted(rng.random() for _ in range(200))
+    assert tick_median(fine) == statistics.median(fine)
+    assert tick_median([1.0, 2.0, 3.0]) == 2.0
+    assert tick_median(sorted([1.0] * 10 + [1.5] * 10 + [1.7] * 10)) == 1.5  # gaps not whole ticks
