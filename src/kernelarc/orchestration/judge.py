@@ -48,11 +48,11 @@ def full_cost_estimate(screen_s: float, n_workloads: int, n_screened: int) -> fl
     long as a screened one. Not scaled up by the full protocol's larger rounds and call
     counts: a screening also pays each shape's first-call costs (cuBLAS heuristics, a
     candidate's own warm-up, the reference's first computations), which the full stage does
-    not pay again. On the H200 (Q 001, 4 of 16 workloads screened) screenings of 5.7-11.6 s
+    not pay again. On the H200 (Q 001, 3 of 16 workloads screened) screenings of 5.7-11.6 s
     were followed by full evaluations of 17.5-44.5 s, where the rounds' ratio (10/3) put them
-    at 105-213 s; on L2 025, where every round is costly, this errs low (~560 s against
-    ~600 s measured for one full evaluation). A candidate that compiles at run time screens
-    mostly compiling: the caller leaves those out."""
+    at 101-206 s; L2 002: a 14.7 s screening (3 of 18), a full evaluation of 86.7 s, this
+    estimate 88 s. A candidate that compiles at run time screens mostly compiling: the caller
+    leaves those out."""
     return screen_s * n_workloads / max(n_screened, 1)
 
 
