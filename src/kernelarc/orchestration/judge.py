@@ -241,7 +241,12 @@ class Judge:
                 and len(per) == len(self.screen_set)
                 and self._promising(screened, incumbents_screen)
             ):
-                full = self._run(solution, self.all, self.config.full, None, session)
+                # On the CPU the reference is timed again beside the full stage too: timings
+                # there drift within a run (docs/GUARD.md), and its workloads are cheap to
+                # re-time; on a GPU the cached timing stands (a re-timing costs ~30 s on
+                # Quant 001's 16 workloads).
+                retime = self.guard.device == "cpu"
+                full = self._run(solution, self.all, self.config.full, None, session, retime)
                 per_full = results_of(full.outcomes, self.bounds)
                 stages.append(
                     (
