@@ -107,16 +107,25 @@ def test_the_reference_is_timed_with_the_candidates_protocol(guard: Guard) -> No
     )
 
 
-def test_screenings_retime_the_reference_full_stages_reuse_it(guard: Guard) -> None:
+@pytest.mark.parametrize("retime_full", [False, True])
+def test_screenings_retime_the_reference_full_stages_as_the_device_says(
+    guard: Guard, retime_full: bool
+) -> None:
     """Each screening times the reference again (beside the candidate); the full protocol
-    reuses the reference timing cached for the workload and protocol."""
+    reuses the reference timing cached for the workload and protocol (the GPU's rule), or
+    times it again too (the CPU's: ``Judge.retime_full`` is set from the guard's device)."""
     j = judge_with(guard, 1e9, full_iterations=4)  # another protocol than the screening's
-    first = j.judge("c8", "a", "s", "refine", rms("retime_a"), [])
-    second = j.judge("c9", "a", "s", "refine", rms("retime_b"), [])
+    assert j.retime_full, "this guard runs on the CPU"
+    j.retime_full = retime_full
+    first = j.judge("c8", "a", "s", "refine", rms(f"retime_a{retime_full}"), [])
+    second = j.judge("c9", "a", "s", "refine", rms(f"retime_b{retime_full}"), [])
     assert [n for n, _, _ in first] == [n for n, _, _ in second] == ["screen", "full"]
     (_, s1, _), (_, f1, _) = first
     (_, s2, _), (_, f2, _) = second
     pairs = list(zip(s1.outcomes, s2.outcomes, strict=True))
     assert pairs and all(a.reference is not b.reference for a, b in pairs), "screen: retimed"
     pairs = list(zip(f1.outcomes, f2.outcomes, strict=True))
-    assert pairs and all(a.reference == b.reference for a, b in pairs), "full: the cached one"
+    if retime_full:
+        assert pairs and all(a.reference != b.reference for a, b in pairs), "full: retimed"
+    else:
+        assert pairs and all(a.reference == b.reference for a, b in pairs), "full: the cached one"

@@ -157,6 +157,10 @@ class Judge:
         sizes = [estimate_input_bytes(guard.problem.definition, w) for w in wls]
         self.screen_set = screening_set(wls, sizes, config.screen_workloads)
         self.all = wls
+        self.retime_full = guard.device == "cpu"
+        """Whether full stages time the reference again too (screenings always do). On the
+        CPU, yes: timings there drift within a run (docs/GUARD.md) and re-timing is cheap; on
+        a GPU the cached timing stands (a re-timing costs ~30 s on Quant 001's workloads)."""
 
     def _run(
         self,
@@ -241,12 +245,9 @@ class Judge:
                 and len(per) == len(self.screen_set)
                 and self._promising(screened, incumbents_screen)
             ):
-                # On the CPU the reference is timed again beside the full stage too: timings
-                # there drift within a run (docs/GUARD.md), and its workloads are cheap to
-                # re-time; on a GPU the cached timing stands (a re-timing costs ~30 s on
-                # Quant 001's 16 workloads).
-                retime = self.guard.device == "cpu"
-                full = self._run(solution, self.all, self.config.full, None, session, retime)
+                full = self._run(
+                    solution, self.all, self.config.full, None, session, self.retime_full
+                )
                 per_full = results_of(full.outcomes, self.bounds)
                 stages.append(
                     (
