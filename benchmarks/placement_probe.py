@@ -63,7 +63,7 @@ def _carve(arena, rows: int, gen):  # type: ignore[no-untyped-def]
     return x, w, y
 
 
-def _time(run, sets, iterations: int, cupti: bool) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def _time(run, sets, iterations: int, cupti: bool) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     import torch
 
     def before(i: int) -> None:

@@ -101,7 +101,7 @@ def tick_median(sorted_ms: Sequence[float]) -> float:
     per distinct value, or gaps that are not whole ticks) get the plain median."""
     s = list(sorted_ms)
     n = len(s)
-    med = statistics.median(s) if s else 0.0
+    med = statistics.median(s)  # no samples: raises, as the plain median does
     values = sorted(set(s))
     if n < 8 or len(values) < 2 or len(values) * 4 > n:
         return med
