@@ -155,6 +155,26 @@ def best_results(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def code_version() -> str:
+    """The commit the benchmark runs (``+dirty`` with uncommitted changes to tracked files),
+    or why it is unknown: rows of one table must come from one version of the code."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+    except OSError as e:
+        return f"unknown ({e})"
+    if head.returncode != 0:
+        return f"unknown (not a git checkout: {head.stderr.strip()[:200]})"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def compile_baseline(problem_dir: Path, best: Path, sample: int, device: str) -> dict[str, Any]:
     problem = load_problem(problem_dir)
     wls = sorted(problem.workloads, key=lambda w: estimate_input_bytes(problem.definition, w))
@@ -272,7 +292,7 @@ def main() -> None:
         run_dir = args.out / f"run-{key}"  # shallow: the device tool returns few levels
         if run_dir.exists():
             sys.exit(f"{run_dir} exists (an earlier benchmark run): choose a fresh --out")
-        r: dict[str, Any] = {"problem_dir": str(problem_dir)}
+        r: dict[str, Any] = {"problem_dir": str(problem_dir), "code": code_version()}
         r["optimize"] = optimize(
             problem_dir, run_dir, args.budget, args.time_limit, args.agents, args.device
         )
@@ -348,6 +368,10 @@ def merge(files: list[Path]) -> dict[str, Any]:
                 print(f"--merge: {path}: {key} has no summary (unfinished), left out")
                 continue
             results[key] = r
+    versions = sorted({str(r.get("code", "unrecorded")) for r in results.values()})
+    print(f"code versions: {', '.join(versions)}")
+    if len(versions) > 1:
+        print("--merge: the rows come from different versions of the code (not one commit)")
     return results
 
 

@@ -2,7 +2,8 @@
 
 Covered: two result files merged (a later file's problem replaces an earlier one's, an
 unfinished problem is left out with a message), geomeans over the merged rows, and a file
-that is not a result file named in the error. Not covered: the benchmark's GPU runs.
+that is not a result file named in the error, the code version each row was run with (and
+a warning when they differ). Not covered: the benchmark's GPU runs.
 """
 
 from __future__ import annotations
@@ -48,3 +49,33 @@ def test_merge_names_a_file_it_cannot_read(tmp_path: Path) -> None:
     bad.write_text("[1, 2]")
     out = _run(bad)
     assert out.returncode != 0 and f"{bad} is not an agents_bench.json" in out.stderr
+
+
+def test_merge_says_when_rows_come_from_different_commits(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"P1": {"summary": _summary("P1", 2.0, 0.2), "code": "abc1234"}}))
+    b.write_text(json.dumps({"P2": {"summary": _summary("P2", 2.0, 0.2), "code": "abc1234"}}))
+    same = _run(a, b)
+    assert same.returncode == 0, same.stderr
+    assert "code versions: abc1234\n" in same.stdout and "different versions" not in same.stdout
+    b.write_text(json.dumps({"P2": {"summary": _summary("P2", 2.0, 0.2), "code": "def5678"}}))
+    mixed = _run(a, b)
+    assert "code versions: abc1234, def5678" in mixed.stdout
+    assert "different versions of the code" in mixed.stdout
+
+
+def test_the_benchmark_records_its_commit() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import agents_h200
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=SCRIPT.parents[1], capture_output=True,
+        text=True,
+    )  # fmt: skip
+    version = agents_h200.code_version()
+    if head.returncode == 0:
+        assert version.split("+")[0] == head.stdout.strip()
+    else:
+        assert version.startswith("unknown")

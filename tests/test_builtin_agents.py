@@ -384,6 +384,51 @@ def test_must_draft_switches_family_and_links_to_the_board(problem: Problem) -> 
     assert rest == ["max-autotune-no-cudagraphs"]
 
 
+def test_static_variant_compiles_every_shape(tmp_path: Path) -> None:
+    """The shape-specialised configuration compiles one graph for each of 10 shapes; with
+    Dynamo's default limit (8) the 9th and 10th ran eagerly (FIB 002 on the H200: 0.25x).
+    In a subprocess: the solution raises process-wide Dynamo limits."""
+    import subprocess
+    import sys
+
+    variant = next(v for v in COMPILE_VARIANTS if v.name == "static")
+    assert variant.specialises() and "recompile_limit" in variant.setup()
+    reference = "import torch\n\n\ndef run(x):\n    return x * 2 + 1\n"
+    (tmp_path / "solution.py").write_text(compiled_source(reference, variant))
+    probe = (
+        "import torch, solution\n"
+        "from torch._dynamo.utils import counters\n"
+        "for n in range(1, 11):\n"
+        "    assert torch.equal(solution.kernelarc_entry(torch.ones(n, 4)), torch.full((n, 4), 3.0))\n"
+        "print(counters['stats']['unique_graphs'])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "10", out.stdout
+
+
+def test_board_compile_carries_the_setup(problem: Problem) -> None:
+    from kernelarc.proposers.compile_board import compiled_base_solution
+
+    variant = next(v for v in COMPILE_VARIANTS if v.name == "static")
+    base = ReferenceAgent().propose(agent_context(problem))
+    assert base is not None
+    sol = compiled_base_solution(
+        base.solution,
+        problem.definition,
+        arguments=variant.arguments(),
+        setup=variant.setup(),
+        name="x",
+        what="a base",
+        label=variant.label(),
+    )
+    text = "\n".join(s.content for s in sol.sources)
+    assert variant.setup() in text
+    assert text.index("recompile_limit") < text.index("torch.compile(_ka_base, dynamic=False")
+
+
 def test_compiled_source_text(problem: Problem) -> None:
     variant = next(v for v in COMPILE_VARIANTS if v.name == "epilogue-fusion")
     src = compiled_source(problem.definition.reference, variant)

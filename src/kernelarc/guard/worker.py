@@ -243,7 +243,11 @@ class ReferenceRole:
         if msg.get("compiled"):
             import torch._dynamo
 
-            torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
+            # One graph per workload shape (dynamic=False): without a higher limit Dynamo
+            # runs every shape after the 8th eagerly (the compiler agent's static variant
+            # sets the same, proposers/compiler.py).
+            for key in ("recompile_limit", "accumulated_recompile_limit"):
+                setattr(torch._dynamo.config, key, max(1024, getattr(torch._dynamo.config, key)))
             if self.compiled is None:
                 self.compiled = torch.compile(self.module.run, dynamic=False)
             fn = self.compiled

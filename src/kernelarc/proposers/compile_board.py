@@ -29,7 +29,7 @@ GRAPH_MARKERS = ("CUDAGraph", "torch.cuda.graph", "make_graphed_callables")
 _BODY = """
 import torch
 
-_ka_compiled = torch.compile(_ka_base{arguments})
+{setup}_ka_compiled = torch.compile(_ka_base{arguments})
 
 
 def kernelarc_entry(*args):
@@ -53,17 +53,28 @@ def why_not_compilable(solution: Solution, definition: Definition) -> str | None
 
 
 def compiled_base_solution(
-    base: Solution, definition: Definition, *, arguments: str, name: str, what: str, label: str
+    base: Solution,
+    definition: Definition,
+    *,
+    arguments: str,
+    name: str,
+    what: str,
+    label: str,
+    setup: str = "",
 ) -> Solution:
     """``base`` wrapped in ``torch.compile(base_entry, arguments)`` (``arguments``: the
-    keyword text of an Inductor configuration, empty for the defaults)."""
+    keyword text of an Inductor configuration, empty for the defaults; ``setup``: source
+    lines run before the compile call, see ``CompileVariant.setup``)."""
     return wrap_solution(
         base,
         definition,
         agent="compiler",
         name=name,
         description=f"torch.compile ({label}) of {what}.",
-        body=_BODY.format(arguments=f", {arguments}" if arguments else ""),
+        body=_BODY.format(
+            arguments=f", {arguments}" if arguments else "",
+            setup=f"{setup}\n" if setup else "",
+        ),
         stem="kernelarc_compiled",
         docstring=f"KernelArc compiler agent: torch.compile ({label}) of {what}.",
     )
