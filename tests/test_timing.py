@@ -1,6 +1,6 @@
 """The timing loop (kernelarc.guard.timing) on the CPU: call counts, the extension of the
-timed calls for fast kernels, the escape rule, and where pool tensors are placed (on the
-GPU: small tensors on pages of their own). GPU timing methods are covered by
+timed calls for fast kernels, the escape rule, where pool tensors are placed (on the GPU:
+small tensors on pages of their own) and the flush's windows. GPU timing methods are covered by
 tests/test_cupti.py and the H200 benchmarks, not here."""
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from kernelarc.guard.timing import (
+    FLUSH_WINDOWS,
     PLACEMENT_BYTES,
+    Flusher,
     TimingResult,
     _check_escape,
     placed,
@@ -176,3 +178,31 @@ def test_tick_median_is_the_plain_median_of_unquantised_or_few_samples() -> None
     assert tick_median(fine) == statistics.median(fine)
     assert tick_median([1.0, 2.0, 3.0]) == 2.0
     assert tick_median(sorted([1.0] * 10 + [1.5] * 10 + [1.7] * 10)) == 1.5  # gaps not whole ticks
+
+
+def test_the_cpu_flush_writes_one_buffer_every_time() -> None:
+    f = Flusher(torch.device("cpu"))
+    assert f.windows == 1 and f.buf.numel() == f.size == 64 << 20
+    assert {f.window(i) for i in range(8)} == {(0, 64 << 20)}
+    f()
+    f()
+    assert int(f.buf[0]) == 2 and int(f.buf[-1]) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_cuda_flush_rotates_its_windows_and_what_stays_in_l2() -> None:
+    f = Flusher(torch.device("cuda"))
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    assert f.size == 2 * f.span >= 2 * l2
+    assert 1 <= f.windows <= FLUSH_WINDOWS
+    assert f.buf.numel() == (f.windows + 1) * f.span
+    spans = [f.window(i) for i in range(f.windows)]
+    assert all(hi - lo == f.size and hi <= f.buf.numel() for lo, hi in spans)
+    tails = {hi - f.span for _, hi in spans}  # the last L2's worth each flush writes
+    assert len(tails) == f.windows
+    assert f.window(f.windows) == spans[0]
+    f()
+    torch.cuda.synchronize()
+    lo, hi = f.window(1)
+    assert int(f.buf[lo]) == 1 and int(f.buf[hi - 1]) == 1

@@ -1,8 +1,9 @@
 """The timing protocol, identical for candidates and references.
 
-Per timed call: outputs re-poisoned, the L2 flushed (a buffer of 2× L2 written), inputs from
-a pool of distinct input sets at shifted addresses (moved to new offsets each time the pool
-wraps, so no pointer repeats), the device synchronised, then the call measured:
+Per timed call: outputs re-poisoned, the L2 flushed (2× L2 written, on CUDA rotating through
+a few windows of one buffer: see ``Flusher``), inputs from a pool of distinct input sets at
+shifted addresses (moved to new offsets each time the pool wraps, so no pointer repeats),
+the device synchronised, then the call measured:
 
 - ``cupti``: the span of all GPU activity (all streams) inside the call, when cupti-python is
   importable (``guard/cupti.py``): calls bracketed by marker kernels on a private stream,
@@ -162,22 +163,51 @@ def poison(t: Any) -> None:
         t.view(torch.uint8).fill_(0xA5)
 
 
+#: On CUDA, how many flush windows the flush rotates through (fewer where memory is short).
+FLUSH_WINDOWS = 4
+
+
 class Flusher:
-    def __init__(self, device: Any) -> None:
+    """Writes twice the L2's size before every timed call, so no call finds its data cached.
+
+    On CUDA the write rotates through ``windows`` windows of one buffer of
+    ``(windows + 1) x L2`` bytes, window ``k`` covering ``[k L2, (k + 2) L2)``: the last L2's
+    worth written, what the L2 holds (dirty) when the call starts, is a different part of
+    device memory for each window. Where that part lies moves a microsecond kernel: the FIB
+    025 RMSNorm with its tensors fixed and the flush buffer at 8 placements read medians
+    up to 2.1% apart (``benchmarks/placement_probe.py --flush-placements 8``, H200, session
+    10), and a single buffer gave every process (every evaluation) one of them. Rotating
+    averages each process over several. The CPU keeps one 64 MiB buffer."""
+
+    def __init__(self, device: Any, windows: int = 0) -> None:
         import torch
 
         self.device = device
         if device.type == "cuda":
             l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
-            size = 2 * max(l2, 32 << 20)
+            self.span = max(l2, 32 << 20)
+            free, _ = torch.cuda.mem_get_info(device)
+            if windows <= 0:  # as many as FLUSH_WINDOWS while the buffer stays under 1/16
+                fit = free // (16 * self.span) - 1
+                windows = max(1, min(FLUSH_WINDOWS, int(fit)))
+            self.size = 2 * self.span
+            total = (windows + 1) * self.span
         else:
-            size = 64 << 20
-        self.buf = torch.empty(size, dtype=torch.uint8, device=device)
+            self.span = self.size = total = 64 << 20
+            windows = 1
+        self.windows = windows
+        self.buf = torch.empty(total, dtype=torch.uint8, device=device)
         self.i = 0
+
+    def window(self, i: int) -> tuple[int, int]:
+        """The byte range the ``i``-th flush writes."""
+        start = (i % self.windows) * self.span if self.windows > 1 else 0
+        return start, start + self.size
 
     def __call__(self) -> None:
         self.i += 1
-        self.buf.fill_(self.i & 0xFF)
+        lo, hi = self.window(self.i)
+        self.buf[lo:hi].fill_(self.i & 0xFF)
 
 
 def time_calls(
