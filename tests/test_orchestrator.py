@@ -296,6 +296,48 @@ def test_under_a_time_limit_agents_take_turns(
     assert order == ("AAB" if time_limit is None else "ABA"), run.describe()
 
 
+def test_under_a_time_limit_building_on_another_agents_best_goes_first(
+    guard: Guard, problem: Problem, tmp_path: Path
+) -> None:
+    """Two proposals ready together, both cheap: B's (priority 0) has the board's best (C's
+    incumbent) as its parent, A's (priority 10) its own line. Under a time limit B's goes
+    first; with A's parent the best instead, or with B's parent its own incumbent, or with
+    no time limit, priority decides again. Deferral still comes first."""
+    from concurrent.futures import Future
+
+    from _shared import incumbent_view
+
+    a, b, c = (ScriptedAgent([], name=n) for n in "ABC")
+    a.priority = 10  # type: ignore[misc]
+    store = SQLiteStore(tmp_path / "store.sqlite")
+    try:
+        cfg = run_config(problem, ["A", "B", "C"], time_limit_s=240.0)
+        orch = Orchestrator(problem, [a, b, c], cfg, RunDir(tmp_path), store, guard, {})
+        orch.board.update(incumbent_view("C", "c-best", 3.0, rms("cb")), owner="C")
+        orch.board.update(incumbent_view("B", "b-own", 2.0, rms("bo")), owner="B")
+        assert orch.board.best() == ("C", "c-best")
+
+        def ready(parent: str | None) -> Future[Any]:
+            fut: Future[Any] = Future()
+            fut.set_result(Proposal(solution=rms("x"), hypothesis="h", parent_id=parent))
+            return fut
+
+        def first(a_parent: str | None, b_parent: str | None) -> str:
+            keys = {n: orch._order(n, ready(p), 0.0) for n, p in (("A", a_parent), ("B", b_parent))}
+            return min(keys, key=lambda n: keys[n])
+
+        assert first(None, "c-best") == "B"
+        assert first("c-best", None) == "A"
+        assert first(None, "b-own") == "A"  # B's own line: priority decides
+        orch.board.update(incumbent_view("B", "b-own", 4.0, rms("bo")), owner="B")
+        assert first(None, "b-own") == "A", "B's own incumbent is the best: not a combination"
+        orch.config = cfg.model_copy(update={"time_limit_s": None})
+        orch.board.update(incumbent_view("B", "b-own", 1.0, rms("bo")), owner="B")
+        assert first(None, "c-best") == "A"  # no time limit: priority
+    finally:
+        store.close()
+
+
 def test_time_is_kept_for_the_composition_once_it_is_possible(
     guard: Guard, problem: Problem, tmp_path: Path
 ) -> None:

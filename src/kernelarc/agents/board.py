@@ -54,6 +54,11 @@ class Board:
         self._incumbents[view.agent] = view.model_copy(deep=True)
         self._version += 1
 
+    def best(self) -> tuple[str, str] | None:
+        """(agent, candidate id) of the best-scoring incumbent now, None on an empty board."""
+        view = max(self._incumbents.values(), key=lambda v: v.score, default=None)
+        return None if view is None else (view.agent, view.candidate_id)
+
     def incumbent(self, agent: str) -> IncumbentView | None:
         """A copy of ``agent``'s incumbent, or None when it has none yet."""
         view = self._incumbents.get(agent)

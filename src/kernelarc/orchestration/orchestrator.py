@@ -164,9 +164,13 @@ class Orchestrator:
         expensive proposal (``_expensive``) first yields to the cheap ones until the judging
         done since it became ready has taken ``DEFER_SHARE`` of the limit: cheap wins are
         measured before a costly judgement, which still comes (never starved by an agent
-        that proposes again at once). Then agents take turns (fewest candidates judged
-        first), then priority, then who was ready first. A failed or empty proposal costs
-        nothing."""
+        that proposes again at once). Then a proposal built on the board's best incumbent of
+        *another* agent (its parent) goes first: combining the best found so far is likelier
+        to win than one more variant of an agent's own line (H200, L1 017: the compiler's
+        next configuration, 62 s, went before the CUDA graph of its new best incumbent,
+        whose small workloads sat at a ~0.2 ms launch floor, and the time ran out). Then
+        agents take turns (fewest candidates judged first), then priority, then who was
+        ready first. A failed or empty proposal costs nothing."""
         proposal = fut.result() if fut.exception() is None else None
         priority = self.agents[name].priority
         if isinstance(proposal, Proposal) and proposal.priority is not None:
@@ -177,7 +181,14 @@ class Orchestrator:
             return (-priority, index)
         slow = isinstance(proposal, Proposal) and self._expensive(name, proposal)
         deferred = slow and self.told_s - ready_at < DEFER_SHARE * limit
-        return (deferred, self.per_agent.get(name, 0), -priority, ready_at, index)
+        best = self.board.best() if self.config.board else None
+        on_best = (
+            isinstance(proposal, Proposal)
+            and best is not None
+            and best[0] != name
+            and proposal.parent_id == best[1]
+        )
+        return (deferred, not on_best, self.per_agent.get(name, 0), -priority, ready_at, index)
 
     def _warn_if_full_too_slow(
         self, screened: CandidateResult, screen_s: float, compiles: bool = False
