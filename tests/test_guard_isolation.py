@@ -276,3 +276,27 @@ def test_guard_reuses_the_reference_worker_but_not_a_failed_candidate(
         assert all(ln.startswith("KA-CALL ok ") for ln in calls[name]), calls
     # a candidate that passes keeps its worker from one workload to the next
     assert logs_with("KA-CALL ok batch=1") == logs_with("KA-CALL ok batch=3"), calls
+
+
+def test_the_reference_worker_compiles_with_caches_of_its_own(tmp_path: Path) -> None:
+    """The reference worker (where the torch.compile baseline compiles) gets Inductor and
+    Triton caches that no candidate worker is pointed at, outside the guard's scratch tree,
+    removed when the guard closes; candidates share the configured cache."""
+    from kernelarc.guard.evaluator import Guard, GuardConfig
+
+    problem = load_problem(EXAMPLE)
+    config = GuardConfig(device="cpu", warmup=1, iterations=3, cache_dir=tmp_path / "cache")
+    with Guard(problem, config) as guard:
+        ref_env, cand_env = guard._env("reference"), guard._env("candidate")
+        private = guard._ref_cache
+        assert private.is_dir()
+        for key in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+            assert Path(ref_env[key]).parent == private, ref_env[key]
+            assert Path(cand_env[key]).parent == (tmp_path / "cache").resolve()
+            assert not Path(ref_env[key]).is_relative_to(guard.tmp)
+        started = guard._ref_started or guard._ref
+        assert started is not None and started.proc is not None
+        environ = Path(f"/proc/{started.proc.pid}/environ").read_bytes().split(b"\0")
+        expected = f"TORCHINDUCTOR_CACHE_DIR={private / 'inductor'}".encode()
+        assert expected in environ
+    assert not private.exists()

@@ -162,6 +162,11 @@ class Guard:
         shm = Path("/dev/shm")
         base = str(shm) if shm.is_dir() and shm.stat().st_mode & 0o002 else None
         self.tmp = Path(tempfile.mkdtemp(prefix="kernelarc-guard-", dir=base))
+        # The reference worker compiles (the torch.compile baseline) with caches of its own,
+        # fresh for this guard: candidates write the shared caches, and an entry they plant
+        # there must not become the baseline's code. Not under ``tmp``, whose path the
+        # candidate's TMPDIR gives away (docs/GUARD.md, "What is not covered").
+        self._ref_cache = Path(tempfile.mkdtemp(prefix="kernelarc-refcache-"))
         self.isolation: Isolation = probe_isolation(self.config.isolation)
         self._ref: WorkerProcess | None = None
         self._spare: WorkerProcess | None = None
@@ -195,10 +200,11 @@ class Guard:
 
     # ------------------------------------------------------------------ workers
     def _env(self, role: str) -> dict[str, str]:
+        cache = self._ref_cache if role == "reference" else self.cache
         extra = {
-            "TRITON_CACHE_DIR": str(self.cache / "triton"),
+            "TRITON_CACHE_DIR": str(cache / "triton"),
             "TORCH_EXTENSIONS_DIR": str(self.cache / "torch_extensions"),
-            "TORCHINDUCTOR_CACHE_DIR": str(self.cache / "inductor"),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
             "TMPDIR": str(self.tmp / "scratch"),
         }
         if self.device == "cpu":
@@ -493,6 +499,7 @@ class Guard:
                 w.close()
         self._ref = self._spare = self._ref_started = None
         shutil.rmtree(self.tmp, ignore_errors=True)
+        shutil.rmtree(self._ref_cache, ignore_errors=True)
 
     def __enter__(self) -> Guard:
         return self
