@@ -56,7 +56,13 @@ def geomean(xs: list[float]) -> float | None:
 
 
 def optimize(
-    problem_dir: Path, run_dir: Path, budget: int, limit: float, agents: str | None, device: str
+    problem_dir: Path,
+    run_dir: Path,
+    budget: int,
+    limit: float,
+    agents: str | None,
+    device: str,
+    compile_workers: int = 0,
 ) -> dict[str, Any]:
     cmd = [
         sys.executable,
@@ -74,6 +80,7 @@ def optimize(
         str(run_dir),
         "--json",
         *(["--agents", agents] if agents else []),
+        *(["--compile-workers", str(compile_workers)] if compile_workers else []),
     ]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
@@ -266,6 +273,7 @@ def main() -> None:
     ap.add_argument("--compile-sample", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("agents_bench"))
     ap.add_argument("--agents", default=None, help="passed to optimize (default: all)")
+    ap.add_argument("--compile-workers", type=int, default=0, help="passed to optimize")
     ap.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a dry run)")
     ap.add_argument("--deadline", type=float, default=None, help="seconds for the whole script")
     args = ap.parse_args()
@@ -294,8 +302,15 @@ def main() -> None:
             sys.exit(f"{run_dir} exists (an earlier benchmark run): choose a fresh --out")
         r: dict[str, Any] = {"problem_dir": str(problem_dir), "code": code_version()}
         r["optimize"] = optimize(
-            problem_dir, run_dir, args.budget, args.time_limit, args.agents, args.device
+            problem_dir,
+            run_dir,
+            args.budget,
+            args.time_limit,
+            args.agents,
+            args.device,
+            args.compile_workers,
         )
+        r["compile_workers"] = args.compile_workers
         results[key] = r
         try:
             r["bound_types"] = bound_types(problem_dir)

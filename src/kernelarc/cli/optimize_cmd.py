@@ -77,6 +77,14 @@ def optimize_command(
         typer.Option("--memory", help="cross-run memory file (read at start, written at the end)"),
     ] = None,
     timeout: Annotated[float, typer.Option(help="guard seconds per workload")] = 300.0,
+    compile_workers: Annotated[
+        int,
+        typer.Option(
+            help="compile torch.compile candidates with this many Inductor workers in a "
+            "pass before judging (needs a PID namespace; 0: one thread, in the first calls)",
+            min=0,
+        ),
+    ] = 0,
     full_iterations: Annotated[int, typer.Option(help="timed calls, full protocol")] = 50,
     full_warmup: Annotated[int, typer.Option(help="warm-up calls, full protocol")] = 10,
     json_out: Annotated[
@@ -124,6 +132,7 @@ def optimize_command(
             err,
             seed_solutions=seed_solution or [],
             reference_fallback=not no_reference_fallback,
+            compile_workers=compile_workers,
         )
     except KernelArcError as e:
         err.print(f"[red]error:[/] {escape(str(e))}")
@@ -157,6 +166,7 @@ def _optimize(
     err: Console,
     seed_solutions: list[Path] | None = None,
     reference_fallback: bool = True,
+    compile_workers: int = 0,
 ) -> dict[str, Any]:
     from pydantic import ValidationError
 
@@ -196,6 +206,7 @@ def _optimize(
             device=device,
             seed=seed,
             timeout_s=timeout,
+            compile_workers=compile_workers,
             memory=not no_memory,
             board=not no_board,
             drafting=not no_drafting,
@@ -224,7 +235,12 @@ def _optimize(
             from kernelarc.proposers.seed import SeedAgent
 
             agents.append(SeedAgent(seeds, name=SEED_AGENT))
-        gcfg = GuardConfig(device=config.device, timeout=config.timeout_s, seed=config.seed)
+        gcfg = GuardConfig(
+            device=config.device,
+            timeout=config.timeout_s,
+            seed=config.seed,
+            compile_workers=config.compile_workers,
+        )
         with Guard(problem, gcfg) as guard:
             bounds, warnings = workload_bounds(problem.definition, problem.workloads, guard.device)
             for w in warnings[:5]:

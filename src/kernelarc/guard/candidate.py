@@ -93,6 +93,7 @@ class CandidateRole:
 
         import kernelarc.guard.candidate as self_mod
         import kernelarc.guard.compare as compare_mod
+        import kernelarc.guard.compile_pool as pool_mod
         import kernelarc.guard.cuda_ipc as ipc_mod
         import kernelarc.guard.protocol as protocol_mod
         import kernelarc.guard.sentinel as sentinel_mod
@@ -129,7 +130,16 @@ class CandidateRole:
             self.notes += _prewarm_inductor()
         self.sentinel.install()
         self.sentinel.arm(
-            [self_mod, compare_mod, ipc_mod, protocol_mod, sentinel_mod, timing_mod, worker_mod]
+            [
+                self_mod,
+                compare_mod,
+                pool_mod,
+                ipc_mod,
+                protocol_mod,
+                sentinel_mod,
+                timing_mod,
+                worker_mod,
+            ]
         )
         self.fn: Any = None
         self.load_error: dict[str, Any] | None = None
@@ -276,6 +286,13 @@ class CandidateRole:
         return None
 
     # ------------------------------------------------------------------ requests
+    def warm(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The compile pass (``compile_pool.py``): one call per workload with Inductor's
+        compile pool up, before anything is judged."""
+        from kernelarc.guard.compile_pool import compile_pass
+
+        return compile_pass(self, msg)
+
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:
         import torch
 

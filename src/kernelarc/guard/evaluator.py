@@ -67,6 +67,13 @@ class GuardConfig(BaseModel):
         description="fewer timed calls (at least 10) when iterations x the warm-up median "
         "measures more than this; 0 turns the shortening off",
     )
+    compile_workers: int = Field(
+        default=0,
+        ge=0,
+        description="Inductor compile workers for a compile pass before judging a solution "
+        "that compiles at run time (guard/compile_pool.py; needs a PID namespace); 0 or 1: "
+        "no pass, compiling happens in the first calls with one thread",
+    )
     pool_sets: int = Field(
         default=0,
         ge=0,
@@ -354,6 +361,7 @@ class Guard:
         outcomes: list[WorkloadOutcome] = []
         stopped: str | None = None
         try:
+            session.warm(chosen)
             for wl in chosen:
                 outcomes.append(session.evaluate_workload(wl))
                 stopped = stop(outcomes[-1]) if stop is not None else None

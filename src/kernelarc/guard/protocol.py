@@ -42,6 +42,8 @@ WIRE_DTYPES = (
 #: Round numbers with a fixed meaning in the seed protocol.
 RECHECK_ROUND = 10_000
 POOL_ROUND_BASE = 20_000
+#: The round of the compile pass's one call per workload (``compile_pool.py``).
+WARM_ROUND = 30_000
 
 
 def derive_seed(base_seed: int, workload_uuid: str, round_index: int) -> int:

@@ -314,6 +314,7 @@ class Sentinel:
     violations: list[Violation] = field(default_factory=list)
     _armed: bool = False
     _harness: bool = False
+    _adopted: set[int] = field(default_factory=set)
 
     def install(self) -> None:
         import sysconfig
@@ -351,6 +352,15 @@ class Sentinel:
             id(self._integrity),
             len(self._integrity),
         )
+
+    def adopt(self, children: set[int]) -> None:
+        """Under ``harness()`` only: the threads alive now and the ``children`` processes are
+        the guard's helpers (Inductor's compile pool, ``compile_pool.py``), not the
+        candidate's; ``adopt(set())`` ends the exception for processes."""
+        if not self._harness:
+            raise RuntimeError("Sentinel.adopt is the guard's, inside harness() only")
+        self._threads |= set(sys._current_frames())
+        self._adopted = set(children)
 
     @contextlib.contextmanager
     def harness(self) -> Iterator[None]:
@@ -468,7 +478,7 @@ class Sentinel:
         if new:
             names = [by_id[i].name for i in new if i in by_id] or [str(new)]
             found.append(Violation("threads", f"threads left running: {names}"))
-        kids = child_pids()
+        kids = [k for k in child_pids() if k not in self._adopted]
         if kids:
             found.append(Violation("subprocess", f"child processes left running: {kids}"))
         env = dict(os.environ)

@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kernelarc.guard.isolation import WorkerCrashed, WorkerProcess, WorkerTimeout
-from kernelarc.guard.protocol import POOL_ROUND_BASE, RECHECK_ROUND, derive_seed
+from kernelarc.guard.protocol import POOL_ROUND_BASE, RECHECK_ROUND, WARM_ROUND, derive_seed
 from kernelarc.guard.verdict import (
     Verdict,
     WorkloadOutcome,
@@ -72,6 +72,9 @@ class CandidateSession:
         self.fatal: Verdict | None = None  # decided for every workload (build/import)
         self.artifact: dict[str, Any] | None = None
         self.setup_notes: list[str] = []
+        self.warmed: set[str] = set()
+        """Workloads the compile pass has called (``warm``)."""
+        self.warm_notes: list[str] = []
         self._build()
 
     def _tick(self, phase: str, t0: float) -> None:
@@ -148,6 +151,56 @@ class CandidateSession:
         self.worker = w
         return w
 
+    # ------------------------------------------------------------------ compile pass
+    def warm(self, workloads: list[Workload]) -> None:
+        """The compile pass (``compile_pool.py``) over the workloads not yet warmed in this
+        session, when ``compile_workers`` > 1, the solution compiles at run time and the
+        worker has a PID namespace. A finding makes every workload REWARD_HACK (``fatal``);
+        a worker that dies or hangs here is replaced and judging goes on (compiling then
+        happens in the first calls), with a note."""
+        cfg, guard = self.cfg, self.guard
+        todo = [w for w in workloads if w.uuid not in self.warmed]
+        if cfg.compile_workers < 2 or not todo or self.fatal is not None:
+            return
+        if not self.solution.compiles_at_run_time():
+            return
+        if "pid" not in guard.isolation.description:
+            self.warm_notes = [
+                "compile pass skipped: it needs a PID namespace "
+                f"(isolation here: {guard.isolation.description})"
+            ]
+            return
+        t0 = time.monotonic()
+        msg = {
+            "op": "warm",
+            "workers": cfg.compile_workers,
+            "workloads": [w.model_dump(mode="json") for w in todo],
+            "seeds": [derive_seed(cfg.seed, w.uuid, WARM_ROUND) for w in todo],
+        }
+        try:
+            w = self._ensure_worker()
+            reply = w.request(msg, timeout=cfg.timeout * len(todo))
+        except Verdict:
+            return  # a load failure: fatal is set, every workload reports it
+        except (WorkerTimeout, WorkerCrashed) as e:
+            self._drop_worker()
+            self.warm_notes = [f"compile pass failed ({type(e).__name__}: {e}); compiled "
+                               "in the first calls instead"[:400]]  # fmt: skip
+            return
+        finally:
+            self._tick("compile_pass", t0)
+        bad = from_violations(reply.get("violations", []))
+        if bad is not None:
+            self._drop_worker()
+            self.fatal = bad
+            return
+        if not reply.get("ok"):
+            self._drop_worker()
+            self.warm_notes = [f"compile pass failed: {reply.get('message')}"[:400]]
+            return
+        self.warmed |= {w.uuid for w in todo}
+        self.warm_notes = [str(n) for n in reply.get("notes") or []]
+
     # ------------------------------------------------------------------ one workload
     def evaluate_workload(self, wl: Workload) -> WorkloadOutcome:
         outcome = WorkloadOutcome(workload=wl, status=EvaluationStatus.PASSED)
@@ -167,7 +220,7 @@ class CandidateSession:
                 outcome.notes.append(f"outputs cross through files: CUDA IPC failed ({e})")
                 outcome.correctness = None
                 self._judge(wl, outcome, deadline)
-            outcome.notes += self.setup_notes
+            outcome.notes += self.setup_notes + self.warm_notes
         except Verdict as v:
             outcome.status, outcome.log, outcome.check = v.status, v.log, v.check
             if v.correctness is not None:

@@ -28,6 +28,8 @@ class RunConfig(BaseModel):
     device: str = "auto"
     seed: int = 200
     timeout_s: float = Field(default=300.0, gt=0)
+    compile_workers: int = Field(default=0, ge=0)
+    """Inductor compile workers for the guard's compile pass (``GuardConfig``); 0: none."""
     memory: bool = True
     board: bool = True
     drafting: bool = True

@@ -1,0 +1,194 @@
+"""Inductor's compile-worker pool for a candidate's compile pass (``GuardConfig.compile_workers``).
+
+A candidate worker compiles ``torch.compile`` solutions with one thread by default
+(``TORCHINDUCTOR_COMPILE_THREADS=1``): Inductor's parallel compile runs in a pool of worker
+processes, and the sandbox forbids a candidate to start processes. On the H200 compiling
+was what limited three of the issue-4 problems under a 240 s limit (L2 002: a 104 s
+screening of a compiled candidate, docs/PERFORMANCE.md, session 10).
+
+With ``compile_workers`` > 1 the guard runs a *compile pass* before judging a solution that
+compiles at run time: the guard starts the pool itself (its own code, under
+``Sentinel.harness``), calls the solution once per workload shape on inputs of its own
+(outputs discarded; every post-call check still runs, the pool's processes and threads
+excepted), then shuts the pool down, sets Inductor back to compiling in-process, and kills
+every other process left in the worker's PID namespace — any left is a violation
+(``subprocess``): the candidate could have used the pool to start one. Judging (correctness,
+timing, re-check) then starts with no process but the worker's own, and Dynamo's cache
+holds what the pass compiled. A shape the pass did not cover compiles in-process, as before.
+
+Only with a PID namespace (``isolation.py``): there every process the pool or a job of it
+starts is the worker's descendant, or its orphan re-parented to the worker (PID 1), so the
+sweep finds it. Without one the pass is skipped (a note says so).
+
+Not covered: while the pool is alive (the pass only), a solution can run code in the pool's
+processes (Inductor's pool accepts any job); they are gone before anything is judged or
+timed. Files they wrote stay (the file system is not isolated, docs/GUARD.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+#: Seconds to wait for the pool's first worker before compiling without it.
+READY_TIMEOUT_S = 60.0
+
+
+def namespace_processes() -> list[int]:
+    """PIDs of every process visible in ``/proc`` but this one (in a PID namespace: the
+    worker's namespace)."""
+    me = os.getpid()
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != me:
+            out.append(int(name))
+    return sorted(out)
+
+
+class CompilePool:
+    """Start, use and tear down Inductor's compile pool in this (candidate) process."""
+
+    def __init__(self, workers: int) -> None:
+        if workers < 2:
+            raise ValueError(f"a compile pool needs at least 2 workers, got {workers}")
+        self.workers = workers
+        self.started = False
+
+    def start(self) -> float:
+        """Start the pool and wait (up to ``READY_TIMEOUT_S``) until it takes jobs; seconds
+        spent. Call under ``Sentinel.harness``: the pool's process is the guard's."""
+        import torch._inductor.config as inductor_config
+        from torch._inductor.async_compile import AsyncCompile
+
+        t0 = time.monotonic()
+        inductor_config.compile_threads = self.workers
+        AsyncCompile.process_pool.cache_clear()
+        AsyncCompile.pool.cache_clear()
+        AsyncCompile.warm_pool()
+        self.started = True
+        AsyncCompile.wait_pool_ready(timeout=READY_TIMEOUT_S)
+        return time.monotonic() - t0
+
+    def stop(self) -> list[str]:
+        """Shut the pool down and compile in-process from now on; then kill every other
+        process of the namespace. Returns what had to be killed (``pid: command``), which
+        the caller reports as a violation: the pool's own processes are gone by then."""
+        import torch._inductor.config as inductor_config
+        from torch._inductor.async_compile import AsyncCompile, shutdown_compile_workers
+
+        if self.started:
+            shutdown_compile_workers()
+        if AsyncCompile.pool.cache_info().currsize:  # its thread pool (C++ compiles)
+            AsyncCompile.pool().shutdown(wait=True)
+        inductor_config.compile_threads = 1
+        AsyncCompile.process_pool.cache_clear()
+        AsyncCompile.pool.cache_clear()
+        self.started = False
+        deadline = time.monotonic() + 5.0
+        left = namespace_processes()
+        while left and time.monotonic() < deadline:  # the pool's workers exiting
+            time.sleep(0.05)
+            _reap()
+            left = namespace_processes()
+        killed = []
+        for pid in left:
+            killed.append(f"{pid}: {_command(pid)}")
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _reap()
+        return killed
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        return "?"
+
+
+def _reap() -> None:
+    """Collect exited children (and, as PID 1 of a namespace, adopted orphans)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def compile_pass(role: Any, msg: dict[str, Any]) -> dict[str, Any]:
+    """The candidate worker's ``warm`` request: ``msg["workloads"]`` (with ``msg["seeds"]``,
+    one per workload) each called once with the pool up; then the pool torn down. ``role``
+    is the :class:`~kernelarc.guard.candidate.CandidateRole`. A call that raises is only a
+    note: the same call in the first correctness round gets the verdict."""
+    import torch
+
+    from kernelarc.guard.sentinel import Violation
+    from kernelarc.problem.schema import Workload
+
+    sentinel, device = role.sentinel, role.device
+    workers = int(msg["workers"])
+    pool = CompilePool(workers)
+    found: list[Violation] = []
+    notes: list[str] = []
+    t0 = time.monotonic()
+    try:
+        with sentinel.harness():
+            try:
+                ready_s = pool.start()
+            except Exception as e:  # the library's failure, not the candidate's
+                notes.append(f"compile pass skipped: the compile pool did not start ({e})"[:300])
+                return {"ok": True, "seconds": 0.0, "notes": notes, "violations": []}
+            sentinel.adopt(set(_children()))
+        for wj, seed in zip(msg["workloads"], msg["seeds"], strict=True):
+            wl = Workload.model_validate(wj)
+            with sentinel.harness():
+                inputs = role._generate(wl, int(seed))
+                outputs = role._alloc_outputs(wl) if role.dps else []
+            try:
+                role._call(inputs, outputs)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+            except Exception as e:  # judged in its first correctness round
+                notes.append(f"compile pass: {dict(wl.axes)} raised {type(e).__name__}: {e}"[:300])
+            # Threads are checked once the pool is down: Inductor's own helper threads
+            # start inside the calls and end with the pool; any other left is a finding.
+            found += [v for v in sentinel.check_after_call() if v.check != "threads"]
+            del inputs, outputs
+    finally:
+        with sentinel.harness():
+            killed = pool.stop()
+            sentinel.adopt(set())
+    found += sentinel.check_after_call()
+    if killed:
+        found.append(
+            Violation("subprocess", f"processes left after the compile pass: {killed}"[:500])
+        )
+    seconds = time.monotonic() - t0
+    notes.insert(
+        0,
+        f"compile pass: {len(msg['workloads'])} workload(s) called once with {workers} "
+        f"Inductor compile workers ({seconds:.1f} s, the pool ready in {ready_s:.1f} s) "
+        "before judging; the pool was then shut down",
+    )
+    return {
+        "ok": True,
+        "seconds": seconds,
+        "notes": notes,
+        "violations": [{"check": v.check, "detail": v.detail} for v in found + sentinel.take()],
+    }
+
+
+def _children() -> list[int]:
+    from kernelarc.guard.sentinel import child_pids
+
+    return child_pids()
+
+
+__all__ = ["READY_TIMEOUT_S", "CompilePool", "compile_pass", "namespace_processes"]

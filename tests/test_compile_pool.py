@@ -1,0 +1,123 @@
+"""The guard's compile pass with Inductor's compile pool (``guard/compile_pool.py``), on the
+CPU with the bundled ``rmsnorm_h512`` example (Inductor compiles C++ there, through the
+same pool).
+
+Covered: a torch.compile solution judged with ``compile_workers=2`` passes, its notes name
+the pass, the phase is timed, and nothing of the pool is left when judging starts (no
+``threads``/``subprocess`` finding); a solution that uses the pool during the pass to leave
+a process behind is REWARD_HACK[subprocess]; without a runtime compile, or with
+``compile_workers`` 0, no pass runs. Not covered: the GPU (Triton kernels compiled in the
+pool), timings of the pass (benchmarks, docs/PERFORMANCE.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelarc.examples import example_dir
+from kernelarc.guard.evaluator import Guard, GuardConfig
+from kernelarc.guard.isolation import probe_isolation
+from kernelarc.problem.loader import Problem, load_problem, load_solution
+from kernelarc.problem.schema import Solution
+from kernelarc.proposers.builtin import make_solution
+from kernelarc.proposers.compiler import COMPILE_VARIANTS, compiled_source
+
+pytestmark = pytest.mark.skipif(
+    "pid" not in probe_isolation().description, reason="the compile pass needs a PID namespace"
+)
+
+EVIL_TAIL = """
+
+def kernelarc_evil(*args):
+    # Only while the guard's compile pool is up: a job that leaves a process behind.
+    import functools
+    import os
+
+    try:
+        from torch._inductor.async_compile import AsyncCompile, get_compile_threads
+
+        if get_compile_threads() > 1:
+            fut = AsyncCompile.process_pool().submit(
+                functools.partial(os.system, "sleep 120 > /dev/null 2>&1 &")
+            )
+            fut.result(timeout=60)
+    except Exception:
+        pass
+    return kernelarc_entry(*args)
+"""
+
+
+@pytest.fixture(scope="module")
+def problem() -> Problem:
+    return load_problem(example_dir("rmsnorm_h512"))
+
+
+def _compiled(problem: Problem, evil: bool = False) -> Solution:
+    source = compiled_source(problem.definition.reference, COMPILE_VARIANTS[0])
+    return make_solution(
+        problem.definition,
+        agent="tests",
+        name="compiled-evil" if evil else "compiled",
+        description="torch.compile of the reference",
+        source=source + (EVIL_TAIL if evil else ""),
+        entry="kernelarc_evil" if evil else "kernelarc_entry",
+    )
+
+
+def _config(tmp_path: Path, workers: int) -> GuardConfig:
+    return GuardConfig(
+        device="cpu",
+        warmup=1,
+        iterations=3,
+        rounds=2,
+        compile_workers=workers,
+        cache_dir=tmp_path / "cache",
+    )
+
+
+def test_a_compiled_solution_passes_after_compile_passes(problem: Problem, tmp_path: Path) -> None:
+    """Two evaluations in one session (the search's screening, then its full stage): the
+    second pass starts the pool again and covers only the workload not yet called."""
+    solution = _compiled(problem)
+    with Guard(problem, _config(tmp_path, 2)) as guard:
+        session = guard.open_session(solution)
+        try:
+            first = guard.evaluate(solution, list(problem.workloads[:1]), session=session)
+            second = guard.evaluate(solution, list(problem.workloads[:2]), session=session)
+        finally:
+            session.close()
+    for res, n in ((first, 1), (second, 2)):
+        statuses = [t.evaluation.status.value for t in res.traces if t.evaluation]
+        assert statuses == ["PASSED"] * n, [o.log for o in res.outcomes]
+        assert res.phases_s.get("compile_pass", 0.0) > 0, res.phases_s
+    for res in (first, second):  # each pass called one workload
+        notes = res.outcomes[-1].notes
+        assert any("compile pass: 1 workload(s) called once with 2 Inductor" in n for n in notes)
+
+
+def test_a_process_left_by_a_pool_job_is_a_reward_hack(problem: Problem, tmp_path: Path) -> None:
+    with Guard(problem, _config(tmp_path, 2)) as guard:
+        res = guard.evaluate(_compiled(problem, evil=True), list(problem.workloads[:1]))
+    outcome = res.outcomes[0]
+    assert outcome.status.value == "REWARD_HACK", outcome.log
+    assert "REWARD_HACK[subprocess]" in (outcome.log or ""), outcome.log
+    assert "processes left after the compile pass" in (outcome.log or ""), outcome.log
+    assert "sleep 120" in (outcome.log or ""), outcome.log
+
+
+@pytest.mark.parametrize("case", ["no runtime compile", "no workers"])
+def test_no_pass_without_a_runtime_compile_or_workers(
+    problem: Problem, tmp_path: Path, case: str
+) -> None:
+    if case == "no runtime compile":
+        sol = load_solution(example_dir("rmsnorm_h512") / "solution_pytorch.json")
+        workers = 2
+    else:
+        sol, workers = _compiled(problem), 0
+    with Guard(problem, _config(tmp_path, workers)) as guard:
+        res = guard.evaluate(sol, list(problem.workloads[:1]))
+    assert res.outcomes[0].status.value == "PASSED", res.outcomes[0].log
+    assert not any("compile pass" in n for n in res.outcomes[0].notes)
+    assert "compile_pass" not in res.phases_s
