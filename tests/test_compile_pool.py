@@ -6,8 +6,8 @@ Covered: a torch.compile solution judged with ``compile_workers=2`` passes, its 
 the pass, the phase is timed, and nothing of the pool is left when judging starts (no
 ``threads``/``subprocess`` finding); a solution that uses the pool during the pass to leave
 a process behind is REWARD_HACK[subprocess]; without a runtime compile, or with
-``compile_workers`` 0, no pass runs. Not covered: the GPU (Triton kernels compiled in the
-pool), timings of the pass (benchmarks, docs/PERFORMANCE.md).
+``compile_workers`` 0, no pass runs; no call starts past the budget. Not covered: the GPU
+(Triton kernels compiled in the pool), timings of the pass (benchmarks, PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -121,3 +121,12 @@ def test_no_pass_without_a_runtime_compile_or_workers(
     assert res.outcomes[0].status.value == "PASSED", res.outcomes[0].log
     assert not any("compile pass" in n for n in res.outcomes[0].notes)
     assert "compile_pass" not in res.phases_s
+
+
+def test_the_pass_starts_no_call_past_its_budget(problem: Problem, tmp_path: Path) -> None:
+    """A budget spent before the first call (the pool's start alone takes longer): no
+    workload is called in the pass, and the solution is judged (and compiled) as usual."""
+    with Guard(problem, _config(tmp_path, 2)) as guard:
+        tiny = guard.evaluate(_compiled(problem), list(problem.workloads[:1]), warm_budget_s=1e-3)
+    assert tiny.outcomes[0].status.value == "PASSED", tiny.outcomes[0].log
+    assert any("compile pass: 0 workload(s)" in n for n in tiny.outcomes[0].notes)

@@ -124,7 +124,8 @@ def _reap() -> None:
 
 def compile_pass(role: Any, msg: dict[str, Any]) -> dict[str, Any]:
     """The candidate worker's ``warm`` request: ``msg["workloads"]`` (with ``msg["seeds"]``,
-    one per workload) each called once with the pool up; then the pool torn down. ``role``
+    one per workload) each called once with the pool up, none started after ``msg["max_s"]``
+    seconds; then the pool torn down. ``role``
     is the :class:`~kernelarc.guard.candidate.CandidateRole`. A call that raises is only a
     note: the same call in the first correctness round gets the verdict."""
     import torch
@@ -137,6 +138,7 @@ def compile_pass(role: Any, msg: dict[str, Any]) -> dict[str, Any]:
     pool = CompilePool(workers)
     found: list[Violation] = []
     notes: list[str] = []
+    called: list[str] = []
     t0 = time.monotonic()
     try:
         with sentinel.harness():
@@ -144,10 +146,13 @@ def compile_pass(role: Any, msg: dict[str, Any]) -> dict[str, Any]:
                 ready_s = pool.start()
             except Exception as e:  # the library's failure, not the candidate's
                 notes.append(f"compile pass skipped: the compile pool did not start ({e})"[:300])
-                return {"ok": True, "seconds": 0.0, "notes": notes, "violations": []}
+                return {"ok": True, "seconds": 0.0, "called": [], "notes": notes, "violations": []}
             sentinel.adopt(set(_children()))
         for wj, seed in zip(msg["workloads"], msg["seeds"], strict=True):
+            if time.monotonic() - t0 > float(msg["max_s"]):  # the rest compile when judged
+                break
             wl = Workload.model_validate(wj)
+            called.append(wl.uuid)
             with sentinel.harness():
                 inputs = role._generate(wl, int(seed))
                 outputs = role._alloc_outputs(wl) if role.dps else []
@@ -173,13 +178,14 @@ def compile_pass(role: Any, msg: dict[str, Any]) -> dict[str, Any]:
     seconds = time.monotonic() - t0
     notes.insert(
         0,
-        f"compile pass: {len(msg['workloads'])} workload(s) called once with {workers} "
+        f"compile pass: {len(called)} workload(s) called once with {workers} "
         f"Inductor compile workers ({seconds:.1f} s, the pool ready in {ready_s:.1f} s) "
         "before judging; the pool was then shut down",
     )
     return {
         "ok": True,
         "seconds": seconds,
+        "called": called,
         "notes": notes,
         "violations": [{"check": v.check, "detail": v.detail} for v in found + sentinel.take()],
     }

@@ -321,6 +321,7 @@ class Guard:
         stop: Callable[[WorkloadOutcome], str | None] | None = None,
         session: CandidateSession | None = None,
         retime_reference: bool = False,
+        warm_budget_s: float | None = None,
     ) -> EvalResult:
         """Judge ``solution`` on ``workloads`` (all by default). ``rounds``/``warmup``/
         ``iterations`` override the configuration for this call (the search's screening
@@ -328,6 +329,8 @@ class Guard:
         ``stop(outcome)`` is asked after each workload; a non-None answer (the reason) ends
         the evaluation early: the remaining workloads are not judged. ``retime_reference``
         times the reference again on each workload (``GuardConfig.retime_reference``).
+        ``warm_budget_s`` caps the compile pass (``GuardConfig.compile_workers``; a search's
+        time left): no call of it starts later.
 
         ``session`` (from :meth:`open_session` for the same solution) keeps the candidate's
         worker between calls, e.g. the search's screening and full stages: the solution is
@@ -361,7 +364,7 @@ class Guard:
         outcomes: list[WorkloadOutcome] = []
         stopped: str | None = None
         try:
-            session.warm(chosen)
+            session.warm(chosen, warm_budget_s)
             for wl in chosen:
                 outcomes.append(session.evaluate_workload(wl))
                 stopped = stop(outcomes[-1]) if stop is not None else None

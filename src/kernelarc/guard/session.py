@@ -152,15 +152,17 @@ class CandidateSession:
         return w
 
     # ------------------------------------------------------------------ compile pass
-    def warm(self, workloads: list[Workload]) -> None:
+    def warm(self, workloads: list[Workload], budget_s: float | None = None) -> None:
         """The compile pass (``compile_pool.py``) over the workloads not yet warmed in this
         session, when ``compile_workers`` > 1, the solution compiles at run time and the
-        worker has a PID namespace. A finding makes every workload REWARD_HACK (``fatal``);
+        worker has a PID namespace; no call starts after ``budget_s`` (or one workload's
+        time limit). A finding makes every workload REWARD_HACK (``fatal``);
         a worker that dies or hangs here is replaced and judging goes on (compiling then
         happens in the first calls), with a note."""
         cfg, guard = self.cfg, self.guard
         todo = [w for w in workloads if w.uuid not in self.warmed]
-        if cfg.compile_workers < 2 or not todo or self.fatal is not None:
+        max_s = cfg.timeout if budget_s is None else min(cfg.timeout, budget_s)
+        if cfg.compile_workers < 2 or not todo or self.fatal is not None or max_s <= 0:
             return
         if not self.solution.compiles_at_run_time():
             return
@@ -176,12 +178,15 @@ class CandidateSession:
             "workers": cfg.compile_workers,
             "workloads": [w.model_dump(mode="json") for w in todo],
             "seeds": [derive_seed(cfg.seed, w.uuid, WARM_ROUND) for w in todo],
+            # Calls start within one workload's time limit (and the caller's budget): past
+            # it, the remaining shapes compile when judged.
+            "max_s": max_s,
         }
         try:
             w = self._ensure_worker()
-            reply = w.request(msg, timeout=cfg.timeout * len(todo))
+            reply = w.request(msg, timeout=2 * cfg.timeout)
         except Verdict:
-            return  # a load failure: fatal is set, every workload reports it
+            return  # the solution does not load: each workload's own attempt reports it
         except (WorkerTimeout, WorkerCrashed) as e:
             self._drop_worker()
             self.warm_notes = [f"compile pass failed ({type(e).__name__}: {e}); compiled "
@@ -198,7 +203,7 @@ class CandidateSession:
             self._drop_worker()
             self.warm_notes = [f"compile pass failed: {reply.get('message')}"[:400]]
             return
-        self.warmed |= {w.uuid for w in todo}
+        self.warmed |= {str(u) for u in reply.get("called") or []}
         self.warm_notes = [str(n) for n in reply.get("notes") or []]
 
     # ------------------------------------------------------------------ one workload

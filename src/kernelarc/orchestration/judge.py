@@ -200,6 +200,7 @@ class Judge:
             stop=stop,
             session=session,
             retime_reference=retime_reference,
+            warm_budget_s=self.time_left() if self.time_left is not None else None,
         )
 
     def judge(
