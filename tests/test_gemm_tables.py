@@ -28,7 +28,7 @@ from kernelarc.agents.types import AgentContext
 from kernelarc.examples import example_dir
 from kernelarc.guard.build import choose_builder, load_entry
 from kernelarc.guard.evaluator import Guard, GuardConfig
-from kernelarc.guard.sentinel import static_scan
+from kernelarc.guard.static_scan import static_scan
 from kernelarc.problem.loader import Problem, load_problem
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.builtin import make_solution

@@ -415,51 +415,15 @@ class Guard:
         z: float = 3.0,
     ) -> Decision:
         """Noise-aware ``is candidate better than incumbent``: both are timed in alternating
-        blocks (A B, B A, A B, ...) in this guard session over the same input pool, then
-        :func:`kernelarc.guard.noise.is_better` decides. Judge correctness with
-        :meth:`evaluate` first; a failure or reward-hack finding here raises ``Verdict``."""
-        from kernelarc.guard.noise import Samples, is_better
-        from kernelarc.guard.protocol import POOL_ROUND_BASE, derive_seed
-        from kernelarc.guard.session import CandidateSession
+        blocks in this guard session over the same input pool (``guard/interleave.py``).
+        Judge correctness with :meth:`evaluate` first; a failure or reward-hack finding here
+        raises ``Verdict``."""
+        from kernelarc.guard.interleave import interleaved_compare
 
         chosen = list(workloads) if workloads is not None else list(self.problem.workloads)
-        cfg = self.config
-        per_block = max(3, cfg.iterations // blocks)
-        sessions = [CandidateSession(self, candidate), CandidateSession(self, incumbent)]
-        samples: list[list[list[float]]] = [[[] for _ in chosen] for _ in sessions]
-        try:
-            for s in sessions:
-                if s.fatal is not None:
-                    raise s.fatal
-            for w, wl in enumerate(chosen):
-                seeds = [
-                    derive_seed(cfg.seed, wl.uuid, POOL_ROUND_BASE + i)
-                    for i in range(cfg.warmup + per_block)
-                ]
-                deadline = time.monotonic() + cfg.timeout
-                for b in range(blocks):
-                    order = (0, 1) if b % 2 == 0 else (1, 0)
-                    for side in order:
-                        reply = sessions[side]._cand(
-                            {
-                                "op": "time",
-                                "workload": wl.model_dump(mode="json"),
-                                "seeds": seeds,
-                                "warmup": cfg.warmup,
-                                "iterations": per_block,
-                                "exchange_dir": str(self.tmp),
-                                "cupti": self._use_cupti,
-                            },
-                            deadline,
-                            "comparison timing",
-                        )
-                        samples[side][w] += reply["samples_ms"]
-        finally:
-            for s in sessions:
-                s.close()
-        cand = [Samples(latencies_ms=x) for x in samples[0]]
-        inc = [Samples(latencies_ms=x) for x in samples[1]]
-        return is_better(cand, inc, min_gain=min_gain, z=z)
+        return interleaved_compare(
+            self, candidate, incumbent, chosen, blocks=blocks, min_gain=min_gain, z=z
+        )
 
     def reference_timing(
         self,

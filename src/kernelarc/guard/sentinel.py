@@ -20,7 +20,7 @@ What this covers, and how:
   behind; ``sys.settrace``/``sys.setprofile`` installed.
 - **Precision flags** (TF32, reduced-precision reductions, float32 matmul precision) changed
   by the candidate: reported, and rejected only under ``--strict-precision``.
-- :func:`static_scan` (run by the parent on the sources): embedded binaries (long base64 or
+- ``static_scan.py`` (run by the parent on the sources): embedded binaries (long base64 or
   bytes literals) and driver-API module loading (``cuModuleLoadData`` and friends).
 
 What it does not cover: the candidate runs in the same interpreter as this code, so a
@@ -506,25 +506,3 @@ class Sentinel:
         out = list(self.violations)
         self.violations.clear()
         return out
-
-
-_ENCODED_RUN = re.compile(r"[A-Za-z0-9+/=]{60,}|(?:\\x[0-9a-fA-F]{2}){30,}")
-_ENCODED_LIMIT = 8192
-_DRIVER_LOADS = re.compile(
-    r"cuModuleLoad(Data|DataEx|FatBinary)?\b|cuLibraryLoad(Data|FromFile)\b|"
-    r"RawModule\s*\(|cupy\.cuda\.function\.Module|load_module_from_bytes"
-)
-
-
-def static_scan(sources: dict[str, str]) -> list[Violation]:
-    """Look for embedded binaries (over 8 KiB of base64/hex runs in one file) and driver-API
-    module loading in the solution's sources."""
-    found: list[Violation] = []
-    for path, text in sources.items():
-        m = _DRIVER_LOADS.search(text)
-        if m:
-            found.append(Violation("binary-load", f"{path}: loads a module via {m.group(0)!r}"))
-        encoded = sum(len(r) for r in _ENCODED_RUN.findall(text))
-        if encoded > _ENCODED_LIMIT:
-            found.append(Violation("binary-load", f"{path}: {encoded} bytes of encoded data"))
-    return found

@@ -83,7 +83,7 @@ class CandidateSession:
     # ------------------------------------------------------------------ build & load
     def _build(self) -> None:
         from kernelarc.guard.build import BuildError, choose_builder
-        from kernelarc.guard.sentinel import static_scan
+        from kernelarc.guard.static_scan import static_scan
 
         t0 = time.monotonic()
         sources = {s.path: s.content for s in self.solution.sources}
