@@ -34,6 +34,18 @@ from typing import Any
 
 #: Seconds to wait for the pool's first worker before compiling without it.
 READY_TIMEOUT_S = 60.0
+#: Dynamo's recompile limits (per function, over all functions) for a shape-specialised
+#: compile (``dynamic=False``): one graph per workload shape. At the default (8) Dynamo runs
+#: every shape after the 8th eagerly. Raised by the guard's torch.compile baseline
+#: (``worker.py``) and by the compiler agent's static variant (in the solution's source).
+STATIC_RECOMPILE_LIMIT = 1024
+RECOMPILE_LIMIT_KEYS = ("recompile_limit", "accumulated_recompile_limit")
+
+
+def raise_recompile_limits(dynamo_config: Any) -> None:
+    """Raise ``dynamo_config``'s :data:`RECOMPILE_LIMIT_KEYS` to :data:`STATIC_RECOMPILE_LIMIT`."""
+    for key in RECOMPILE_LIMIT_KEYS:
+        setattr(dynamo_config, key, max(STATIC_RECOMPILE_LIMIT, getattr(dynamo_config, key)))
 
 
 def namespace_processes() -> list[int]:
@@ -94,11 +106,12 @@ class CompilePool:
             left = namespace_processes()
         killed = []
         for pid in left:
-            killed.append(f"{pid}: {_command(pid)}")
+            what = f"{pid}: {_command(pid)}"
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
-                pass
+                continue  # it ended on its own meanwhile
+            killed.append(what)
         _reap()
         return killed
 
@@ -125,16 +138,25 @@ def _reap() -> None:
 def compile_pass(role: Any, msg: dict[str, Any]) -> dict[str, Any]:
     """The candidate worker's ``warm`` request: ``msg["workloads"]`` (with ``msg["seeds"]``,
     one per workload) each called once with the pool up, none started after ``msg["max_s"]``
-    seconds; then the pool torn down. ``role``
-    is the :class:`~kernelarc.guard.candidate.CandidateRole`. A call that raises is only a
-    note: the same call in the first correctness round gets the verdict."""
+    seconds; then the pool torn down. ``role`` is the
+    :class:`~kernelarc.guard.candidate.CandidateRole`. A call that raises is only a note: the
+    same call in the first correctness round gets the verdict. Skipped (a note) unless this
+    worker is PID 1 of its namespace: the sweep kills every other process it can see."""
     import torch
 
-    from kernelarc.guard.sentinel import Violation
+    from kernelarc.guard.sentinel import Violation, child_pids
     from kernelarc.problem.schema import Workload
 
     sentinel, device = role.sentinel, role.device
     workers = int(msg["workers"])
+    if os.getpid() != 1:  # the sweep below would reach processes outside the worker
+        return {
+            "ok": True,
+            "seconds": 0.0,
+            "called": [],
+            "notes": ["compile pass skipped: the worker is not PID 1 of a PID namespace"],
+            "violations": [],
+        }
     pool = CompilePool(workers)
     found: list[Violation] = []
     notes: list[str] = []
@@ -147,7 +169,7 @@ def compile_pass(role: Any, msg: dict[str, Any]) -> dict[str, Any]:
             except Exception as e:  # the library's failure, not the candidate's
                 notes.append(f"compile pass skipped: the compile pool did not start ({e})"[:300])
                 return {"ok": True, "seconds": 0.0, "called": [], "notes": notes, "violations": []}
-            sentinel.adopt(set(_children()))
+            sentinel.adopt(set(child_pids()))
         for wj, seed in zip(msg["workloads"], msg["seeds"], strict=True):
             if time.monotonic() - t0 > float(msg["max_s"]):  # the rest compile when judged
                 break
@@ -191,10 +213,12 @@ def compile_pass(role: Any, msg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _children() -> list[int]:
-    from kernelarc.guard.sentinel import child_pids
-
-    return child_pids()
-
-
-__all__ = ["READY_TIMEOUT_S", "CompilePool", "compile_pass", "namespace_processes"]
+__all__ = [
+    "READY_TIMEOUT_S",
+    "RECOMPILE_LIMIT_KEYS",
+    "STATIC_RECOMPILE_LIMIT",
+    "CompilePool",
+    "compile_pass",
+    "namespace_processes",
+    "raise_recompile_limits",
+]

@@ -186,8 +186,8 @@ class Flusher:
         if device.type == "cuda":
             l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
             self.span = max(l2, 32 << 20)
-            free, _ = torch.cuda.mem_get_info(device)
             if windows <= 0:  # as many as FLUSH_WINDOWS while the buffer stays under 1/16
+                free, _ = torch.cuda.mem_get_info(device)
                 fit = free // (16 * self.span) - 1
                 windows = max(1, min(FLUSH_WINDOWS, int(fit)))
             self.size = 2 * self.span

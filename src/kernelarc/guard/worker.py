@@ -243,11 +243,9 @@ class ReferenceRole:
         if msg.get("compiled"):
             import torch._dynamo
 
-            # One graph per workload shape (dynamic=False): without a higher limit Dynamo
-            # runs every shape after the 8th eagerly (the compiler agent's static variant
-            # sets the same, proposers/compiler.py).
-            for key in ("recompile_limit", "accumulated_recompile_limit"):
-                setattr(torch._dynamo.config, key, max(1024, getattr(torch._dynamo.config, key)))
+            from kernelarc.guard.compile_pool import raise_recompile_limits
+
+            raise_recompile_limits(torch._dynamo.config)  # one graph per workload shape
             if self.compiled is None:
                 self.compiled = torch.compile(self.module.run, dynamic=False)
             fn = self.compiled

@@ -40,8 +40,6 @@ from kernelarc.proposers.builtin import (
 )
 
 COMPILED_ENTRY = "kernelarc_entry"
-#: The recompile limit of a shape-specialised compile: one graph per workload shape.
-STATIC_RECOMPILE_LIMIT = 1024
 Family = Literal["mode", "options"]
 
 
@@ -65,13 +63,15 @@ class CompileVariant:
 
         A shape-specialised compile recompiles for every new shape, and Dynamo gives up after
         ``recompile_limit`` (8 by default) and runs the rest eagerly: on FIB 002's 14 shapes
-        (H200, session 10) such a candidate read 0.25x of the default compile. Its limit, and
-        the limit over all functions, are raised to :data:`STATIC_RECOMPILE_LIMIT`, as the
-        guard does for its torch.compile baseline; a higher limit changes no compiled code."""
+        (H200, session 10) such a candidate read 0.25x of the default compile. Its limits are
+        raised as the guard raises its torch.compile baseline's
+        (``compile_pool.raise_recompile_limits``); a higher limit changes no compiled code."""
+        from kernelarc.guard.compile_pool import RECOMPILE_LIMIT_KEYS, STATIC_RECOMPILE_LIMIT
+
         if not self.specialises():
             return ""
         lines = ["import torch._dynamo  # noqa: E402", ""]
-        for key in ("recompile_limit", "accumulated_recompile_limit"):
+        for key in RECOMPILE_LIMIT_KEYS:
             lines.append(
                 f"torch._dynamo.config.{key} = max({STATIC_RECOMPILE_LIMIT}, "
                 f"torch._dynamo.config.{key})"
@@ -118,7 +118,7 @@ def compiled_source(reference: str, variant: CompileVariant) -> str:
         + "\n\n\n"
         + f"# KernelArc compiler agent: torch.compile of the reference ({variant.name}).\n"
         + "import torch  # noqa: E402\n\n"
-        + (variant.setup() + "\n" if variant.setup() else "")
+        + (f"{setup}\n" if (setup := variant.setup()) else "")
         + f"_compiled = {call}\n\n\n"
         + f"def {COMPILED_ENTRY}(*args):\n"
         + "    return _compiled(*args)\n"
@@ -348,7 +348,6 @@ class CompilerAgent(Agent, Rebasing):
 __all__ = [
     "COMPILED_ENTRY",
     "COMPILE_VARIANTS",
-    "STATIC_RECOMPILE_LIMIT",
     "CompileVariant",
     "CompilerAgent",
     "compiled_source",
