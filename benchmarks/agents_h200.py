@@ -162,24 +162,55 @@ def best_results(run_dir: Path) -> dict[str, Any]:
     }
 
 
+#: What decides a row's figures: the package and this script. Rows whose trees are equal
+#: were made by the same code, even from different commits (a commit of docs between calls).
+CODE_PATHS = ("src", "benchmarks/agents_h200.py")
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def code_tree(commit: str = "HEAD") -> str | None:
+    """A hash of ``CODE_PATHS`` as committed in ``commit`` (git's object ids, hashed
+    together), or None when git cannot tell (not a checkout, unknown commit)."""
+    import hashlib
+
+    ids = []
+    for path in CODE_PATHS:
+        try:
+            out = _git("rev-parse", f"{commit}:{path}")
+        except OSError:
+            return None
+        if out.returncode != 0:
+            return None
+        ids.append(out.stdout.strip())
+    return hashlib.sha256(" ".join(ids).encode()).hexdigest()[:12]
+
+
 def code_version() -> str:
     """The commit the benchmark runs (``+dirty`` with uncommitted changes to tracked files),
     or why it is unknown: rows of one table must come from one version of the code."""
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
+        head = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
     except OSError as e:
         return f"unknown ({e})"
     if head.returncode != 0:
         return f"unknown (not a git checkout: {head.stderr.strip()[:200]})"
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def code_tree_version() -> str:
+    """:func:`code_tree` of HEAD, ``+dirty`` when ``CODE_PATHS`` have uncommitted changes."""
+    tree = code_tree()
+    if tree is None:
+        return "unknown"
+    try:
+        dirty = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+    except OSError:
+        return "unknown"
+    return tree + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def compile_baseline(problem_dir: Path, best: Path, sample: int, device: str) -> dict[str, Any]:
@@ -300,7 +331,11 @@ def main() -> None:
         run_dir = args.out / f"run-{key}"  # shallow: the device tool returns few levels
         if run_dir.exists():
             sys.exit(f"{run_dir} exists (an earlier benchmark run): choose a fresh --out")
-        r: dict[str, Any] = {"problem_dir": str(problem_dir), "code": code_version()}
+        r: dict[str, Any] = {
+            "problem_dir": str(problem_dir),
+            "code": code_version(),
+            "code_tree": code_tree_version(),
+        }
         r["optimize"] = optimize(
             problem_dir,
             run_dir,
@@ -367,6 +402,19 @@ def print_table(results: dict[str, Any]) -> None:
     )
 
 
+def _row_tree(r: dict[str, Any]) -> str:
+    """A row's code tree: recorded, or worked out from its commit (rows made before the tree
+    was recorded) when this checkout has that commit; "unknown (...)" otherwise."""
+    if "code_tree" in r:
+        return str(r["code_tree"])
+    commit = str(r.get("code", ""))
+    if not commit or commit.startswith("unknown"):
+        return "unknown (no commit recorded)"
+    if commit.endswith("+dirty"):
+        return f"unknown ({commit}: uncommitted changes)"
+    return code_tree(commit) or f"unknown ({commit} not in this checkout)"
+
+
 def merge(files: list[Path]) -> dict[str, Any]:
     """The problems of several ``agents_bench.json`` files (the benchmark split over device
     calls); a problem in a later file replaces the same problem of an earlier one."""
@@ -385,8 +433,10 @@ def merge(files: list[Path]) -> dict[str, Any]:
             results[key] = r
     versions = sorted({str(r.get("code", "unrecorded")) for r in results.values()})
     print(f"code versions: {', '.join(versions)}")
-    if len(versions) > 1:
-        print("--merge: the rows come from different versions of the code (not one commit)")
+    trees = sorted({_row_tree(r) for r in results.values()})
+    print(f"code trees ({', '.join(CODE_PATHS)}): {', '.join(trees)}")
+    if len(trees) > 1 or any(t.startswith("unknown") or t.endswith("+dirty") for t in trees):
+        print("--merge: the rows do not come from one known version of the code")
     return results
 
 

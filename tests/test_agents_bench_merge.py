@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "agents_h200.py"
 
 
@@ -51,17 +53,49 @@ def test_merge_names_a_file_it_cannot_read(tmp_path: Path) -> None:
     assert out.returncode != 0 and f"{bad} is not an agents_bench.json" in out.stderr
 
 
-def test_merge_says_when_rows_come_from_different_commits(tmp_path: Path) -> None:
+def test_merge_says_when_rows_come_from_different_code(tmp_path: Path) -> None:
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    a.write_text(json.dumps({"P1": {"summary": _summary("P1", 2.0, 0.2), "code": "abc1234"}}))
-    b.write_text(json.dumps({"P2": {"summary": _summary("P2", 2.0, 0.2), "code": "abc1234"}}))
+    row = {"summary": _summary("P1", 2.0, 0.2), "code": "abc1234", "code_tree": "t1"}
+    a.write_text(json.dumps({"P1": row}))
+    b.write_text(json.dumps({"P2": {**row, "summary": _summary("P2", 2.0, 0.2), "code": "e5"}}))
     same = _run(a, b)
     assert same.returncode == 0, same.stderr
-    assert "code versions: abc1234\n" in same.stdout and "different versions" not in same.stdout
-    b.write_text(json.dumps({"P2": {"summary": _summary("P2", 2.0, 0.2), "code": "def5678"}}))
+    assert "code versions: abc1234, e5\n" in same.stdout, "two commits, one code tree"
+    assert "t1\n" in same.stdout and "not come from one" not in same.stdout
+    b.write_text(
+        json.dumps({"P2": {**row, "summary": _summary("P2", 2.0, 0.2), "code_tree": "t2"}})
+    )
     mixed = _run(a, b)
-    assert "code versions: abc1234, def5678" in mixed.stdout
-    assert "different versions of the code" in mixed.stdout
+    assert ": t1, t2" in mixed.stdout
+    assert "do not come from one known version of the code" in mixed.stdout
+    b.write_text(
+        json.dumps({"P2": {**row, "summary": _summary("P2", 2.0, 0.2), "code_tree": "t1+dirty"}})
+    )
+    assert "do not come from one known" in _run(a, b).stdout
+
+
+def test_merge_works_out_the_tree_of_a_row_that_has_only_a_commit(tmp_path: Path) -> None:
+    root = SCRIPT.parents[1]
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+    )
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import agents_h200
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    tree = agents_h200.code_tree()
+    assert tree is not None and len(tree) == 12
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(
+        json.dumps({"P1": {"summary": _summary("P1", 2.0, 0.2), "code": head.stdout.strip()}})
+    )
+    b.write_text(json.dumps({"P2": {"summary": _summary("P2", 2.0, 0.2), "code": "0000000"}}))
+    out = _run(a, b)
+    assert tree in out.stdout and "unknown (0000000 not in this checkout)" in out.stdout
+    assert "do not come from one known version" in out.stdout
 
 
 def test_the_benchmark_records_its_commit() -> None:
@@ -77,5 +111,6 @@ def test_the_benchmark_records_its_commit() -> None:
     version = agents_h200.code_version()
     if head.returncode == 0:
         assert version.split("+")[0] == head.stdout.strip()
+        assert agents_h200.code_tree_version().split("+")[0] == agents_h200.code_tree()
     else:
-        assert version.startswith("unknown")
+        assert version.startswith("unknown") and agents_h200.code_tree_version() == "unknown"
