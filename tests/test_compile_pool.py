@@ -19,6 +19,7 @@ import pytest
 from kernelarc.examples import example_dir
 from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.guard.isolation import probe_isolation
+from kernelarc.guard.session import MIN_PASS_S
 from kernelarc.problem.loader import Problem, load_problem, load_solution
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.builtin import make_solution
@@ -123,10 +124,16 @@ def test_no_pass_without_a_runtime_compile_or_workers(
     assert "compile_pass" not in res.phases_s
 
 
-def test_the_pass_starts_no_call_past_its_budget(problem: Problem, tmp_path: Path) -> None:
-    """A budget spent before the first call (the pool's start alone takes longer): no
-    workload is called in the pass, and the solution is judged (and compiled) as usual."""
+def test_no_pass_starts_on_a_budget_smaller_than_the_pools_start(
+    problem: Problem, tmp_path: Path
+) -> None:
+    """A budget under MIN_PASS_S (the pool's start alone would spend it): no pool, a note
+    says why, and the solution is judged (and compiled) as usual."""
     with Guard(problem, _config(tmp_path, 2)) as guard:
-        tiny = guard.evaluate(_compiled(problem), list(problem.workloads[:1]), warm_budget_s=1e-3)
+        tiny = guard.evaluate(
+            _compiled(problem), list(problem.workloads[:1]), warm_budget_s=MIN_PASS_S - 1
+        )
     assert tiny.outcomes[0].status.value == "PASSED", tiny.outcomes[0].log
-    assert any("compile pass: 0 workload(s)" in n for n in tiny.outcomes[0].notes)
+    notes = tiny.outcomes[0].notes
+    assert any("compile pass skipped: 19.0 s left" in n for n in notes), notes
+    assert "compile_pass" not in tiny.phases_s

@@ -48,6 +48,10 @@ def lowers_precision(flag: str, value: Any) -> bool:
     return not (text in ("ieee", "highest", "none") or text.startswith("unreadable"))
 
 
+MIN_PASS_S = 20.0
+"""The least budget (seconds) a compile pass starts with: Inductor's pool took 10.3-11.7 s
+to start on the H200 (session 11), and one pass started with less called nothing in 12.7 s."""
+
 _KEEP = (EvaluationStatus.INVALID_REFERENCE, EvaluationStatus.REWARD_HACK)
 _CHECK_STATUS = {
     "shape": "INCORRECT_SHAPE",
@@ -162,7 +166,13 @@ class CandidateSession:
         cfg, guard = self.cfg, self.guard
         todo = [w for w in workloads if w.uuid not in self.warmed]
         max_s = cfg.timeout if budget_s is None else min(cfg.timeout, budget_s)
-        if cfg.compile_workers < 2 or not todo or self.fatal is not None or max_s <= 0:
+        if cfg.compile_workers < 2 or not todo or self.fatal is not None:
+            return
+        if max_s < MIN_PASS_S:  # the pool's start alone would spend the budget
+            self.warm_notes = [
+                f"compile pass skipped: {max_s:.1f} s left, under the {MIN_PASS_S:.0f} s it "
+                "needs to be of use (the pool alone starts in ~10 s)"
+            ]
             return
         if not self.solution.compiles_at_run_time():
             return
