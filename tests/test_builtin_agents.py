@@ -284,6 +284,58 @@ def test_compiler_rebases_a_stale_proposal_onto_a_better_board_incumbent(
     assert agent.rebase(draft, agent_context(problem, board=board2, incumbent=None)) is None
 
 
+def test_compiler_walks_its_configurations_on_the_base_whose_compile_won(
+    problem: Problem,
+) -> None:
+    """Once the default compile of a board base becomes the compiler's incumbent, the next
+    configurations (shape-specialised next) compile that base, not the reference; a draft
+    still starts from the reference; the walk survives a state round trip, and a walk
+    proposal rebased onto a better board base comes back afterwards. A board compile that
+    does not win leaves the walk on the reference."""
+    views = _board_views(problem)  # precision 2.0 (c3), cuda-graph 3.0, reference 5.0
+    board = BoardSnapshot(incumbents=views[:1], version=1)
+    won = [_wr("w1", 1, 0.5, 1.0)]
+
+    loser = CompilerAgent()
+    assert loser.propose(agent_context(problem, board=board, incumbent=None)).parent_id == "c3"
+    loser.observe(_synthetic(won, improved=False))
+    nxt = loser.propose(agent_context(problem, board=board, incumbent=None))
+    assert nxt is not None and nxt.tags == ("compiler", "default") and nxt.parent_id is None
+
+    agent = CompilerAgent()
+    first = agent.propose(agent_context(problem, board=board, incumbent=None))
+    assert first is not None and first.tags == ("compiler", "default", "board")
+    agent.observe(_synthetic(won, improved=True))
+    mine = incumbent_view("compiler", "c7", 2.5, first.solution)
+    ctx = agent_context(problem, board=board, incumbent=mine)
+    walk = agent.propose(ctx)
+    assert walk is not None and walk.tags == ("compiler", "static", "board"), walk.tags
+    assert walk.parent_id == "c3" and walk.mode == "refine"
+    wrapper = walk.solution.sources[-1].content
+    assert "torch.compile(_ka_base, dynamic=False, fullgraph=False)" in wrapper
+    assert "recompile_limit" in wrapper
+
+    twin = CompilerAgent()
+    twin.restore(json.loads(json.dumps(agent.state())))
+    assert twin.state() == agent.state()
+    better = incumbent_view(
+        "rewrite", "c8", 4.0, views[0].solution.model_copy(update={"name": "b"})
+    )
+    board2 = BoardSnapshot(incumbents=(views[0], better), version=2)
+    moved = twin.rebase(walk, agent_context(problem, board=board2, incumbent=mine))
+    assert moved is not None and moved.parent_id == "c8" and moved.tags[-1] == "board"
+    twin.observe(_synthetic(won, improved=False))
+    back = twin.propose(agent_context(problem, board=board2, incumbent=mine))
+    assert back is not None and back.tags == ("compiler", "static", "board"), "put back"
+    assert back.parent_id == "c3"
+
+    agent.observe(_synthetic(won, improved=False))
+    draft = agent.propose(agent_context(problem, board=board, incumbent=mine, must_draft=True))
+    assert draft is not None and draft.mode == "draft" and draft.tags[-1] != "board"
+    with pytest.raises(ValueError, match="'on'"):
+        CompilerAgent().restore({"on": {"agent": 1}})
+
+
 # ------------------------------------------------------------------------------ conclusions
 
 

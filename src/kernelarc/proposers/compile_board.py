@@ -14,8 +14,9 @@ not already compile at run time (compiling a compiled function nests two compile
 not capture CUDA graphs (a capture inside a compiled region fails), and is not just the
 reference's own code (that is what the compiler's variants compile anyway).
 
-Not covered: choosing the Inductor configuration per base (the base is compiled with the
-default configuration), compiling C++-group bases.
+A new base is compiled with the default configuration; once that compile is the compiler's
+incumbent, its further configurations apply to the same base (``compiler.CompilerAgent``).
+Not covered: compiling C++-group bases.
 """
 
 from __future__ import annotations

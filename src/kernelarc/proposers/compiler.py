@@ -5,7 +5,11 @@ configuration per call (Inductor modes and options, in the order of
 :data:`COMPILE_VARIANTS`); on a draft request it jumps to the next untried configuration of
 the other family (modes vs options). Before its next configuration it compiles another
 agent's better incumbent from the board when one qualifies (:mod:`.compile_board`):
-strategies combined in one candidate.
+strategies combined in one candidate. Once such a compile becomes its incumbent, the
+configurations still to try apply to that base instead of the reference (FIB 002, H200,
+session 11: the default configuration of the reference was judged right after the same
+configuration of an equivalent rewritten graph, and the shape-specialised one, which is
+what torch.compile's baseline does, was never reached).
 
 Its solutions are real SOL-ExecBench solutions (``languages: ["pytorch"]``, non
 destination-passing for the reference's, one file ``solution.py``; wrappers of the base
@@ -133,6 +137,19 @@ def _variant_named(name: str) -> CompileVariant:
     raise ValueError(f"compiler agent state names an unknown configuration {name!r} ({known})")
 
 
+def _dump(view: IncumbentView | None) -> dict[str, Any] | None:
+    return None if view is None else view.model_dump(mode="json")
+
+
+def _load(data: object, what: str) -> IncumbentView | None:
+    if data is None:
+        return None
+    try:
+        return IncumbentView.model_validate(data)
+    except ValueError as e:
+        raise ValueError(f"compiler agent state: bad {what}: {e}") from e
+
+
 class CompilerAgent(Agent, Rebasing):
     """Proposes ``torch.compile`` variants of the reference, one configuration per call, and
     compiles better board incumbents first; a pending proposal made before a better
@@ -154,6 +171,11 @@ class CompilerAgent(Agent, Rebasing):
         self._bases: list[str] = []
         """Candidate ids of the board incumbents compiled so far."""
         self._pending_base: str | None = None
+        self._pending_view: IncumbentView | None = None
+        """The board incumbent the pending proposal compiles for the first time."""
+        self._on: IncumbentView | None = None
+        """The board incumbent the configurations apply to (None: the reference); ``_tried``
+        and ``_index`` are about this base."""
         self._baseline_ms: dict[str, float] = {}
         self._classes = WorkloadClasses()
 
@@ -193,15 +215,22 @@ class CompilerAgent(Agent, Rebasing):
                 return view
         return None
 
-    def _propose_on(self, context: AgentContext, base: IncumbentView) -> Proposal:
+    def _propose_on(
+        self, context: AgentContext, base: IncumbentView, variant: CompileVariant | None = None
+    ) -> Proposal:
+        """A compile of ``base``: a new board base under the default configuration, or (with
+        ``variant``) the next configuration of the base the agent walks (``_on``)."""
         from kernelarc.proposers.compile_board import compiled_base_solution
 
-        variant = COMPILE_VARIANTS[0]
+        new = variant is None
+        variant = variant or COMPILE_VARIANTS[0]
         definition = context.definition
         self._classes = WorkloadClasses.of(definition, context.workloads)
         self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
-        self._bases.append(base.candidate_id)
+        if new:
+            self._bases.append(base.candidate_id)
         self._pending, self._pending_base = variant.name, base.candidate_id
+        self._pending_view = base if new else None
         self._count += 1
         what = f"{base.agent}'s incumbent {base.candidate_id}"
         solution = compiled_base_solution(
@@ -213,11 +242,14 @@ class CompilerAgent(Agent, Rebasing):
             what=what,
             label=variant.label(),
         )
+        why = (
+            "Inductor fuses the work around what that strategy changed, which neither does alone"
+            if new
+            else "the next configuration, on the base whose compile is this agent's best"
+        )
         return Proposal(
             solution=solution,
-            hypothesis=f"torch.compile ({variant.label()}) of {what} ({base.score:.2f}x): "
-            "Inductor fuses the work around what that strategy changed, which neither does "
-            "alone.",
+            hypothesis=f"torch.compile ({variant.label()}) of {what} ({base.score:.2f}x): {why}.",
             parent_id=base.candidate_id,
             mode="refine",
             tags=("compiler", variant.name, "board"),
@@ -230,12 +262,14 @@ class CompilerAgent(Agent, Rebasing):
         variant = self._next(context)
         if variant is None:
             return None
-        self._pending_base = None
+        self._tried.append(variant.name)
+        self._index = COMPILE_VARIANTS.index(variant) + 1
+        if self._on is not None and not context.must_draft:  # a draft starts from the reference
+            return self._propose_on(context, self._on, variant)
+        self._pending_base, self._pending_view = None, None
         definition = context.definition
         self._classes = WorkloadClasses.of(definition, context.workloads)
         self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
-        self._tried.append(variant.name)
-        self._index = COMPILE_VARIANTS.index(variant) + 1
         self._pending = variant.name
         self._count += 1
         draft = context.must_draft
@@ -275,17 +309,22 @@ class CompilerAgent(Agent, Rebasing):
         pending = [v.score for v in views if v.candidate_id == self._pending_base]
         if pending and base.score <= pending[0]:  # the pending base is still the better one
             return None
-        if self._pending_base is None:  # a configuration of the reference: put it back
+        if self._pending_view is None:  # a configuration of the walk: put it back
             self._tried.remove(self._pending)
             self._index = COMPILE_VARIANTS.index(_variant_named(self._pending))
-        else:
-            self._bases.remove(self._pending_base)
+        else:  # a first compile of a board base: that base may be compiled later
+            self._bases.remove(self._pending_view.candidate_id)
         self._count -= 1
         return self._propose_on(context, base)
 
     def observe(self, result: CandidateResult) -> Conclusion:
         variant = _variant_named(self._pending) if self._pending else None
         base, self._pending, self._pending_base = self._pending_base, None, None
+        view, self._pending_view = self._pending_view, None
+        if view is not None and result.passed and result.improved and variant is not None:
+            # This base's compile is now the agent's best: the rest of the walk applies to it.
+            self._on, self._tried = view, [variant.name]
+            self._index = COMPILE_VARIANTS.index(variant) + 1
         label = f"torch.compile {variant.label()}" if variant else "torch.compile (unknown)"
         if base is not None:
             label += f" of {base}"
@@ -319,6 +358,8 @@ class CompilerAgent(Agent, Rebasing):
             "pending": self._pending,
             "bases": list(self._bases),
             "pending_base": self._pending_base,
+            "pending_view": _dump(self._pending_view),
+            "on": _dump(self._on),
             "baseline_ms": dict(self._baseline_ms),
             "classes": self._classes.to_state(),
         }
@@ -340,6 +381,8 @@ class CompilerAgent(Agent, Rebasing):
         if pending_base is not None and not isinstance(pending_base, str):
             raise ValueError(f"compiler agent state: bad 'pending_base' {pending_base!r}")
         self._bases, self._pending_base = list(bases), pending_base
+        self._pending_view = _load(state.get("pending_view"), "'pending_view'")
+        self._on = _load(state.get("on"), "'on'")
         self._index, self._tried, self._count = index, [str(t) for t in tried], count
         self._pending = str(pending) if pending is not None else None
         self._baseline_ms, self._classes = base, classes
