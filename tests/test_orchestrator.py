@@ -707,6 +707,41 @@ def test_a_resumed_finish_composes_the_agents_candidates_afresh(
     assert compositions[1]["parts"] == composed["parts"] == sorted(first.ids("A") + first.ids("B"))
 
 
+def test_no_composition_starts_with_less_time_left_than_its_parts_took(
+    guard: Guard, problem: Problem, tmp_path: Path
+) -> None:
+    """Under a time limit the composition is skipped, with an event saying why, when less
+    time is left than the longest judgement of its parts (it would overrun the limit and be
+    cut); with enough left it is judged."""
+    from kernelarc.orchestration.finish import finish
+
+    def agents() -> list[ScriptedAgent]:
+        b = ScriptedAgent([rms("tb", slow="b < 64", sleep_s=0.005)], name="B", strategy="beta")
+        a = ScriptedAgent(
+            [after(b, 1, rms("ta", slow="b >= 64", sleep_s=0.1))], name="A", strategy="alpha"
+        )
+        return [a, b]
+
+    first = search(guard, problem, tmp_path, agents(), budget=2)
+    assert len(first.payloads("composition")) == 1, first.describe()
+    a_id, b_id = first.ids("A")[0], first.ids("B")[0]
+    config = run_config(problem, ["A", "B"], budget=2, time_limit_s=100.0)
+    store = SQLiteStore(tmp_path / "store.sqlite")
+    try:
+        orch = Orchestrator(problem, agents(), config, RunDir(tmp_path), store, guard, {})
+        orch.started -= 80.0  # 20 s of the 100 s left
+        orch.full_s.update({a_id: 50.0, b_id: 1.0})
+        finish(orch)
+        skipped = [e.payload for e in store.events() if e.kind == "composition_skipped"]
+        assert len(skipped) == 1 and "s left, under the 50 s its parts took" in skipped[0]["why"]
+        assert len([e for e in store.events() if e.kind == "composition"]) == 1, "none new"
+        orch.full_s.update({a_id: 5.0})
+        finish(orch)
+        assert len([e for e in store.events() if e.kind == "composition"]) == 2
+    finally:
+        store.close()
+
+
 def test_status_evaluated_counts_only_budgeted_candidates(compose_run: Search) -> None:
     assert compose_run.summary["evaluated"] == compose_run.summary["budget"] == 2
 

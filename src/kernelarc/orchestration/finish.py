@@ -7,8 +7,10 @@ it had the time to check. Then write ``best/`` and the summary. Also ``run_statu
 ``kernelarc status`` reports, computed from the store alone.
 
 The finishers' candidates (``FINISHERS``) cost no budget. Under a time limit the search
-keeps time for the composition (``Orchestrator.reserve``); the fallback gets what is left
-and is skipped, with an event, when nothing is.
+keeps time for the composition (``Orchestrator.reserve``), and the composition is skipped,
+with an event, when less is left than its parts' longest judgement
+(``Orchestrator.judging_cost``); the fallback gets what is left and is skipped, with an
+event, when nothing is.
 """
 
 from __future__ import annotations
@@ -118,6 +120,15 @@ def _compose(
         )
     except CompositionError as e:
         orch.event("composition_skipped", {"why": str(e)})
+        return None
+    need, left = orch.judging_cost({rec.id for rec in winners.values()}), orch.time_left_total()
+    if orch.config.time_limit_s is not None and need > left:
+        # It would be cut by the limit after overrunning it by one workload (L1 017, H200,
+        # session 11: started with 21 s left, cut after 64 s), and nothing would be kept.
+        orch.event(
+            "composition_skipped",
+            {"why": f"{max(left, 0.0):.0f} s left, under the {need:.0f} s its parts took to judge"},
+        )
         return None
     record, ev = _judge_final(
         orch,

@@ -275,9 +275,17 @@ class Orchestrator:
         gain = predicted_gain(p.definition, p.workloads, self.full_ms)
         if gain <= 1.0 + COMPOSE_MARGIN * cfg.min_gain:
             return 0.0
-        # A part's screening and full stage together: the composition is judged in a new
-        # worker, where a compiled part compiles again (its stages shared one worker).
-        return max(t + self.screen_cost.get(c, 0.0) for c, t in self.full_s.items())
+        return self.judging_cost(set(self.full_s))
+
+    def judging_cost(self, parts: set[str]) -> float:
+        """The likeliest cost (seconds) of judging a composition of ``parts`` (candidate ids):
+        the longest of their judgements, screening and full stage together. The composition
+        is judged in a new worker, where a compiled part compiles again (its own stages
+        shared one worker). 0 when none of them was judged in this process."""
+        return max(
+            (t + self.screen_cost.get(c, 0.0) for c, t in self.full_s.items() if c in parts),
+            default=0.0,
+        )
 
     # ------------------------------------------------------------------ ask
     def _rebased(self, name: str, fut: Future[Any]) -> Future[Any]:
