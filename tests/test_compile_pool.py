@@ -122,6 +122,14 @@ def test_no_pass_without_a_runtime_compile_or_workers(
     assert res.outcomes[0].status.value == "PASSED", res.outcomes[0].log
     assert not any("compile pass" in n for n in res.outcomes[0].notes)
     assert "compile_pass" not in res.phases_s
+    # The trace says what compiling cost (Dynamo's counters; only where it compiled).
+    extra = res.traces[0].evaluation.performance.extra
+    if case == "no workers":
+        stats = extra["torch_compile"]
+        assert stats["graphs"] >= 1 and stats["compile_s"] > 0, stats
+        assert set(stats) == {"graphs", "compile_s", "inductor_s", "kernel_wait_s"}
+    else:
+        assert "torch_compile" not in extra, extra
 
 
 def test_no_pass_starts_on_a_budget_smaller_than_the_pools_start(

@@ -742,6 +742,17 @@ def test_no_composition_starts_with_less_time_left_than_its_parts_took(
         store.close()
 
 
+def test_each_stage_says_where_its_time_went(compose_run: Search) -> None:
+    """The evaluated events carry each stage's phases (the guard's own accounting; a worker
+    started ahead, as the warm spare is, counts its start though it overlapped earlier work)."""
+    for payload in compose_run.payloads("evaluated"):
+        for name, stage in payload["stages"].items():
+            phases = stage["phases_s"]
+            assert {"correctness", "timing", "recheck"} <= set(phases), (name, phases)
+            assert all(v >= 0 for v in phases.values()), (name, phases)
+            assert phases["correctness"] + phases["timing"] <= stage["wall_s"] + 0.05
+
+
 def test_status_evaluated_counts_only_budgeted_candidates(compose_run: Search) -> None:
     assert compose_run.summary["evaluated"] == compose_run.summary["budget"] == 2
 

@@ -364,6 +364,7 @@ class CandidateRole:
 
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
 
+        from kernelarc.guard.compile_pool import compile_stats
         from kernelarc.guard.timing import placed, poison, pool_size, tensor_bytes, time_calls
         from kernelarc.problem.schema import Workload
 
@@ -462,6 +463,7 @@ class CandidateRole:
                         bool(msg.get("ipc")),
                     )
                     sampled.append([seeds[j], headers])
+            compiled = compile_stats()
         final = (calls - 1) % k
         self._timed = {wl.uuid: (pool[final], outs[final])}
         pool.clear()
@@ -474,6 +476,7 @@ class CandidateRole:
             "pool": k,
             "sampled": sampled,
             "phases_s": {"inputs": t1 - t0, "calls": t2 - t1, "outputs": time.monotonic() - t2},
+            "torch_compile": compiled,
             "violations": _viol(self.sentinel.take() + found),
             "precision": self.sentinel.precision_changes(),
         }

@@ -135,6 +135,32 @@ def _reap() -> None:
             return
 
 
+def compile_stats() -> dict[str, Any] | None:
+    """torch.compile's work in this process so far, from Dynamo's own counters: graphs
+    compiled, seconds in Dynamo's frame compiles, in Inductor, and waiting for its kernels;
+    None when nothing was compiled. Diagnostics for the traces only: the solution runs in
+    this process and could alter these counters, so no verdict reads them."""
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        return None
+    try:
+        from torch._dynamo.utils import calculate_time_spent, counters
+
+        graphs = int(counters["stats"]["unique_graphs"])
+        spent = calculate_time_spent()
+    except Exception as e:  # a torch without these counters: said in the trace
+        return {"error": f"{type(e).__name__}: {e}"[:200]}
+    if graphs == 0:
+        return None
+    return {
+        "graphs": graphs,
+        "compile_s": round(float(spent.get("entire_frame_compile", 0.0)), 2),
+        "inductor_s": round(float(spent.get("inductor_compile", 0.0)), 2),
+        "kernel_wait_s": round(float(spent.get("async_compile.wait", 0.0)), 2),
+    }
+
+
 def compile_pass(role: Any, msg: dict[str, Any]) -> dict[str, Any]:
     """The candidate worker's ``warm`` request: ``msg["workloads"]`` (with ``msg["seeds"]``,
     one per workload) each called once with the pool up, none started after ``msg["max_s"]``

@@ -404,6 +404,8 @@ class CandidateSession:
             raise hack("recheck", f"fresh inputs after timing fail ({v.log})") from None
         self._tick("recheck", t2)
         outcome.latency = {**timed["summary"], "pool": timed.get("pool")}
+        if isinstance(timed.get("torch_compile"), dict):  # cumulative in this worker
+            outcome.latency["torch_compile"] = timed["torch_compile"]
         self._precision_verdict(outcome)
         t3 = time.monotonic()
         if cfg.time_reference:

@@ -309,6 +309,9 @@ def summarize_stages(stages: Sequence[tuple[str, EvalResult, CandidateResult]]) 
             "score": r.score,
             "stopped": r.stopped_early,
             "wall_s": round(ev.wall_s, 2),
+            # Where the stage's time went (worker start, build, compile pass, correctness,
+            # timing, re-check, reference timing): what limits a search under a time limit.
+            "phases_s": {k: round(v, 2) for k, v in ev.phases_s.items()},
         }
         for name, ev, r in stages
     }
