@@ -100,8 +100,14 @@ def optimize(
 
 
 def trajectory(store: SQLiteStore) -> list[dict[str, Any]]:
-    """Every judged candidate: agent, stage, verdict, first failure, the agent's claim."""
+    """Every judged candidate: agent, stage, verdict, first failure, the agent's claim, and
+    where the stage's time went (the guard's phases, from the run's evaluated events)."""
     claims = {c.candidate_id: c.claim for c in store.conclusions()}
+    stages = {
+        (str(e.payload.get("candidate")), name): st
+        for e in store.events("evaluated")
+        for name, st in dict(e.payload.get("stages") or {}).items()
+    }
     rows = []
     for e in store.evaluations():
         bad = [r for r in e.result.per_workload if r.status != "PASSED"]
@@ -115,6 +121,8 @@ def trajectory(store: SQLiteStore) -> list[dict[str, Any]]:
                 "stopped_early": e.result.stopped_early,
                 "failure": (bad[0].status + ": " + bad[0].log[:300]) if bad else None,
                 "claim": claims.get(e.candidate_id),
+                "wall_s": stages.get((e.candidate_id, e.stage), {}).get("wall_s"),
+                "phases_s": stages.get((e.candidate_id, e.stage), {}).get("phases_s"),
             }
         )
     return rows
