@@ -133,11 +133,17 @@ def no_draft_run(
 def compose_run(guard: Guard, problem: Problem, tmp_path_factory: pytest.TempPathFactory) -> Search:
     """A is slow (100 ms) for batch >= 64, B slow (5 ms) below 64; B is judged first (its
     screening would be hopeless next to A's incumbent)."""
-    b = ScriptedAgent([rms("cb", slow="b < 64", sleep_s=0.005)], name="B", strategy="beta")
+    return search(guard, problem, tmp_path_factory.mktemp("compose"), split_agents("c"), budget=2)
+
+
+def split_agents(prefix: str) -> list[ScriptedAgent]:
+    """Two agents that each win half the shapes: B's candidate is slow (5 ms) below batch
+    64, A's (proposed after B's is judged) slow (100 ms) from 64 on."""
+    b = ScriptedAgent([rms(f"{prefix}b", slow="b < 64", sleep_s=0.005)], name="B", strategy="beta")
     a = ScriptedAgent(
-        [after(b, 1, rms("ca", slow="b >= 64", sleep_s=0.1))], name="A", strategy="alpha"
+        [after(b, 1, rms(f"{prefix}a", slow="b >= 64", sleep_s=0.1))], name="A", strategy="alpha"
     )
-    return search(guard, problem, tmp_path_factory.mktemp("compose"), [a, b], budget=2)
+    return [a, b]
 
 
 # ---------------------------------------------------------------- 1. budget
@@ -691,16 +697,9 @@ def test_a_resumed_finish_composes_the_agents_candidates_afresh(
     """Finishing again (a resumed run whose budget is spent) composes the agents' full
     passes, never the earlier composition."""
 
-    def agents() -> list[ScriptedAgent]:
-        b = ScriptedAgent([rms("rb", slow="b < 64", sleep_s=0.005)], name="B", strategy="beta")
-        a = ScriptedAgent(
-            [after(b, 1, rms("ra", slow="b >= 64", sleep_s=0.1))], name="A", strategy="alpha"
-        )
-        return [a, b]
-
-    first = search(guard, problem, tmp_path, agents(), budget=2)
+    first = search(guard, problem, tmp_path, split_agents("r"), budget=2)
     [composed] = first.payloads("composition")
-    again = search(guard, problem, tmp_path, agents(), budget=2)
+    again = search(guard, problem, tmp_path, split_agents("r"), budget=2)
     info = again.describe()
     compositions = again.payloads("composition")
     assert len(compositions) == 2, info
@@ -715,20 +714,13 @@ def test_no_composition_starts_with_less_time_left_than_its_parts_took(
     cut); with enough left it is judged."""
     from kernelarc.orchestration.finish import finish
 
-    def agents() -> list[ScriptedAgent]:
-        b = ScriptedAgent([rms("tb", slow="b < 64", sleep_s=0.005)], name="B", strategy="beta")
-        a = ScriptedAgent(
-            [after(b, 1, rms("ta", slow="b >= 64", sleep_s=0.1))], name="A", strategy="alpha"
-        )
-        return [a, b]
-
-    first = search(guard, problem, tmp_path, agents(), budget=2)
+    first = search(guard, problem, tmp_path, split_agents("t"), budget=2)
     assert len(first.payloads("composition")) == 1, first.describe()
     a_id, b_id = first.ids("A")[0], first.ids("B")[0]
     config = run_config(problem, ["A", "B"], budget=2, time_limit_s=100.0)
     store = SQLiteStore(tmp_path / "store.sqlite")
     try:
-        orch = Orchestrator(problem, agents(), config, RunDir(tmp_path), store, guard, {})
+        orch = Orchestrator(problem, split_agents("t"), config, RunDir(tmp_path), store, guard, {})
         orch.started -= 80.0  # 20 s of the 100 s left
         orch.full_s.update({a_id: 50.0, b_id: 1.0})
         finish(orch)

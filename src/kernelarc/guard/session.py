@@ -159,22 +159,22 @@ class CandidateSession:
     def warm(self, workloads: list[Workload], budget_s: float | None = None) -> None:
         """The compile pass (``compile_pool.py``) over the workloads not yet warmed in this
         session, when ``compile_workers`` > 1, the solution compiles at run time and the
-        worker has a PID namespace; no call starts after ``budget_s`` (or one workload's
-        time limit). A finding makes every workload REWARD_HACK (``fatal``);
-        a worker that dies or hangs here is replaced and judging goes on (compiling then
-        happens in the first calls), with a note."""
+        worker has a PID namespace, with at least ``MIN_PASS_S`` of budget; no call starts
+        after ``budget_s`` (or one workload's time limit). A finding makes every workload
+        REWARD_HACK (``fatal``); a worker that dies or hangs here is replaced and judging
+        goes on (compiling then happens in the first calls), with a note."""
         cfg, guard = self.cfg, self.guard
         todo = [w for w in workloads if w.uuid not in self.warmed]
         max_s = cfg.timeout if budget_s is None else min(cfg.timeout, budget_s)
         if cfg.compile_workers < 2 or not todo or self.fatal is not None:
+            return
+        if not self.solution.compiles_at_run_time():
             return
         if max_s < MIN_PASS_S:  # the pool's start alone would spend the budget
             self.warm_notes = [
                 f"compile pass skipped: {max_s:.1f} s left, under the {MIN_PASS_S:.0f} s it "
                 "needs to be of use (the pool alone starts in ~10 s)"
             ]
-            return
-        if not self.solution.compiles_at_run_time():
             return
         if "pid" not in guard.isolation.description:
             self.warm_notes = [
