@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +52,43 @@ def _uses_inductor(root: Path) -> bool:
     )
 
 
-def _prewarm_inductor() -> list[str]:
-    """Run, before the sentinel is armed, the one-time probes torch.compile makes on first
-    use (the CPU vector-ISA check starts a Python subprocess to load a test library). They
-    are the library's, not the solution's; afterwards they are cached in this process."""
+@dataclass
+class Prewarm:
+    """What :func:`prewarm_inductor` did: seconds it took and notes for the verdict."""
+
+    seconds: float
+    probe: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def prewarm_inductor(*, probe: bool) -> Prewarm:
+    """Import what torch.compile needs on its first call and settle Inductor's CPU vector-ISA
+    check, before the sentinel is armed (library work, not the solution's; cached in this
+    process afterwards).
+
+    The ISA check builds a test library per ISA the CPU has and starts a Python subprocess
+    to load each (the sentinel would block that subprocess). With ``probe`` it runs as
+    torch runs it (the CPU device: Inductor's CPU kernels are the solution's speed). Without
+    it (a CUDA device), ``cpp.vec_isa_ok = False`` answers it without building or starting
+    anything: CPU kernels Inductor generates inside a CUDA solution's graph are then scalar,
+    GPU kernels are unchanged. On the H200 a compiled candidate's worker spent 47-62 s in
+    setup, its torch.compile calls ~4 s (docs/PERFORMANCE.md, session 12): this is the
+    step under suspicion, timed in ``load.prewarm`` / ``spare_prewarm``."""
+    t0 = time.monotonic()
+    notes: list[str] = []
     try:
+        import torch._dynamo
+        import torch._inductor.compile_fx  # noqa: F401
+        from torch._inductor import config as inductor_config
         from torch._inductor import cpu_vec_isa
 
-        cpu_vec_isa.valid_vec_isa_list()
+        if probe:
+            cpu_vec_isa.valid_vec_isa_list()
+        else:
+            inductor_config.cpp.vec_isa_ok = False
     except Exception as e:  # reported with the verdict; the solution may still work
-        return [f"torch.compile pre-warm failed: {type(e).__name__}: {e}"]
-    return []
+        notes.append(f"torch.compile pre-warm failed: {type(e).__name__}: {e}")
+    return Prewarm(time.monotonic() - t0, probe, notes)
 
 
 def _viol(vs: list[Violation]) -> list[dict[str, str]]:
@@ -88,7 +115,9 @@ def _storage_range(t: Any) -> tuple[int, int]:
 
 
 class CandidateRole:
-    def __init__(self, msg: dict[str, Any]) -> None:
+    def __init__(self, msg: dict[str, Any], warmed: Prewarm | None = None) -> None:
+        """``warmed``: the worker's own :func:`prewarm_inductor`, run before its first
+        request (a CUDA guard's spares), or None."""
         import torch
 
         import kernelarc.guard.candidate as self_mod
@@ -126,8 +155,20 @@ class CandidateRole:
         self.notes: list[str] = []
         self._slots = protocol_mod.SlotWriter()
         self._exporter = ipc_mod.Exporter()
+        self.timings: dict[str, float] = {}
+        """Seconds of the setup's parts (``load.*`` phases in the parent)."""
+        if warmed is not None:
+            self.timings["spare_prewarm"] = warmed.seconds
         if _uses_inductor(Path(art["root"])):
-            self.notes += _prewarm_inductor()
+            if warmed is None:
+                warmed = prewarm_inductor(probe=self.device.type != "cuda")
+                self.timings["prewarm"] = warmed.seconds
+            self.notes += warmed.notes
+            if not warmed.probe:
+                self.notes.append(
+                    "Inductor's CPU vector-ISA probe not run (cpp.vec_isa_ok = False on a "
+                    "CUDA device): CPU kernels in the compiled graph are scalar"
+                )
         self.sentinel.install()
         self.sentinel.arm(
             [
@@ -143,6 +184,7 @@ class CandidateRole:
         )
         self.fn: Any = None
         self.load_error: dict[str, Any] | None = None
+        t0 = time.monotonic()
         try:
             self.fn = load_entry(artifact)
         except BuildError as e:
@@ -153,6 +195,7 @@ class CandidateRole:
                 "message": f"{type(e).__name__}: {e}",
                 "log": traceback.format_exc(limit=8),
             }
+        self.timings["entry"] = time.monotonic() - t0
         self.import_violations = self.sentinel.check_after_call() + self.sentinel.take()
         self._timed: dict[str, tuple[list[Any], list[Any]]] = {}
 
@@ -164,6 +207,7 @@ class CandidateRole:
                 **self.load_error,
                 "violations": _viol(self.import_violations),
                 "notes": self.notes,
+                "timings": self.timings,
             }
         return {
             "ok": True,
@@ -171,6 +215,7 @@ class CandidateRole:
             "precision": self.sentinel.precision_changes(),
             "environment": environment_info(self.device),
             "notes": self.notes,
+            "timings": self.timings,
         }
 
     # ------------------------------------------------------------------ helpers

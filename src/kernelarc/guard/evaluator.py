@@ -91,6 +91,13 @@ class GuardConfig(BaseModel):
     cupti: str = Field(default="auto", pattern="^(auto|on|off)$")
     isolation: bool = True
     warm_spare: bool = True
+    early_spare: bool | None = None
+    """Start the next warm spare as soon as a candidate takes its worker, and have it prepare
+    torch.compile (``candidate.prewarm_inductor``) before its first request, instead of
+    starting it when the candidate is done. None: on CUDA devices (their hosts have cores to
+    spare; the process start and Inductor's preparation then overlap the previous
+    candidate's judging), not on the CPU, where a spare starting beside timed calls slowed
+    them."""
     gpu_exchange: bool = True
     """Hand CUDA outputs of 256 MiB or more to the reference worker over CUDA IPC
     (``guard/cuda_ipc.py``) instead of files; the reference worker then runs without
@@ -182,6 +189,10 @@ class Guard:
         self._ref_times: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._workers = 0
         self._use_cupti = self._cupti_wanted()
+        early = self.config.early_spare
+        self._early_spare = self.config.warm_spare and (
+            self.device.startswith("cuda") if early is None else early
+        )
         self.gpu_exchange = self.config.gpu_exchange and self.device.startswith("cuda")
         """Large CUDA outputs cross to the reference worker on the GPU (``cuda_ipc.py``);
         turned off for the guard's life when the environment refuses it."""
@@ -228,6 +239,9 @@ class Guard:
             env=self._env(role),
             log_path=self.tmp / f"{role}-{n}.log",
             cwd=self.tmp / f"{role}-{n}",
+            prewarm=self.device.split(":")[0]
+            if role == "candidate" and self._early_spare
+            else None,
         ).start()
 
     def _isolation_of(self, role: str) -> Isolation:
@@ -272,14 +286,17 @@ class Guard:
         """A started candidate worker (the warm spare when there is one)."""
         if self._spare is not None and self._spare.alive():
             w, self._spare = self._spare, None
-            return w
-        return self._new_worker("candidate")
+        else:
+            w = self._new_worker("candidate")
+        if self._early_spare:
+            self.prepare_spare()
+        return w
 
     def prepare_spare(self) -> None:
         """Start the warm spare candidate worker (with ``warm_spare``; not after ``close``).
-        Called when a candidate is done with its worker, never while one is being judged: a
-        spare that imports torch on a core the timed calls share slowed them (the CPU runs'
-        reference-as-candidate readings)."""
+        Called when a candidate is done with its worker; with ``early_spare`` also as soon
+        as one takes its worker. Not early on the CPU: a spare that imports torch on a core
+        the timed calls share slowed them (the CPU runs' reference-as-candidate readings)."""
         if not self.config.warm_spare or self._closed:
             return
         if self._spare is None or not self._spare.alive():

@@ -110,9 +110,18 @@ class WorkerProcess:
     """One worker: ``start()``, ``wait_ready()``, ``request()``, ``close()``/``kill()``."""
 
     def __init__(
-        self, role: str, *, isolation: Isolation, env: dict[str, str], log_path: Path, cwd: Path
+        self,
+        role: str,
+        *,
+        isolation: Isolation,
+        env: dict[str, str],
+        log_path: Path,
+        cwd: Path,
+        prewarm: str | None = None,
     ) -> None:
-        self.role, self.isolation, self.env = role, isolation, env
+        """``prewarm``: the device type (cpu, cuda) a candidate worker prepares torch.compile
+        for before its first request (``worker.py --prewarm``), or None."""
+        self.role, self.isolation, self.env, self.prewarm = role, isolation, env, prewarm
         self.log_path, self.cwd = log_path, cwd
         self.proc: subprocess.Popen[bytes] | None = None
         self.channel: Channel | None = None
@@ -133,6 +142,7 @@ class WorkerProcess:
             str(req_r),
             "--resp-fd",
             str(resp_w),
+            *(["--prewarm", self.prewarm] if self.prewarm else []),
         ]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(

@@ -134,6 +134,7 @@ class CandidateSession:
                 timeout=self.cfg.setup_timeout,
             )
             self._tick("load", t1)
+            self._record_setup_timings(reply.get("timings"))
         except WorkerTimeout as e:
             raise Verdict("TIMEOUT", f"loading the solution: {e}") from None
         except WorkerCrashed as e:
@@ -154,6 +155,16 @@ class CandidateSession:
         self.setup_notes = [str(n) for n in reply.get("notes") or []]
         self.worker = w
         return w
+
+    def _record_setup_timings(self, timings: Any) -> None:
+        """The worker's own account of its setup (diagnostics, never the verdict): the
+        solution's import (``load.entry``), torch.compile's preparation inside the setup
+        (``load.prewarm``) or done by the spare before it (``spare_prewarm``, not part of
+        this candidate's time unless the spare was taken before it finished)."""
+        names = {"entry": "load.entry", "prewarm": "load.prewarm", "spare_prewarm": "spare_prewarm"}
+        for key, value in (timings or {}).items() if isinstance(timings, dict) else ():
+            if key in names and isinstance(value, int | float):
+                self.phases[names[key]] = self.phases.get(names[key], 0.0) + float(value)
 
     # ------------------------------------------------------------------ compile pass
     def warm(self, workloads: list[Workload], budget_s: float | None = None) -> None:

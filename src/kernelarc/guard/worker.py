@@ -299,7 +299,9 @@ def release_cached(device: Any) -> None:
         torch.cuda.empty_cache()
 
 
-def serve(role: str, channel: Channel) -> None:
+def serve(role: str, channel: Channel, warmed: Any = None) -> None:
+    """Answer requests until ``shutdown`` or a closed channel. ``warmed``: the candidate
+    worker's ``prewarm_inductor`` result (``--prewarm``), handed to its role."""
     handler: Any = None
     while True:
         try:
@@ -318,7 +320,7 @@ def serve(role: str, channel: Channel) -> None:
                 else:
                     from kernelarc.guard.candidate import CandidateRole
 
-                    handler = CandidateRole(msg)
+                    handler = CandidateRole(msg, warmed)
                     reply = handler.setup_reply()
             elif handler is None:
                 reply = {"error": "check-error", "message": "request before setup"}
@@ -339,12 +341,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--role", choices=["reference", "candidate"], required=True)
     ap.add_argument("--req-fd", type=int, required=True)
     ap.add_argument("--resp-fd", type=int, required=True)
+    ap.add_argument(
+        "--prewarm",
+        choices=["cpu", "cuda"],
+        help="candidate: prepare torch.compile for this device type before the first "
+        "request (early spares, which start while the previous candidate is judged)",
+    )
     args = ap.parse_args(argv)
     channel = Channel(args.req_fd, args.resp_fd)
     import torch  # noqa: F401  (import before the ready message: workers start warm)
 
     channel.send({"op": "ready", "pid": os.getpid()})
-    serve(args.role, channel)
+    warmed = None
+    if args.prewarm and args.role == "candidate":
+        from kernelarc.guard.candidate import prewarm_inductor
+
+        warmed = prewarm_inductor(probe=args.prewarm == "cpu")
+    serve(args.role, channel, warmed)
     sys.stdout.flush()
 
 

