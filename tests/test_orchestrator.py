@@ -63,6 +63,7 @@ from kernelarc.orchestration.finish import COMPOSER, FALLBACK
 from kernelarc.orchestration.judge import TIME_LIMIT
 from kernelarc.orchestration.orchestrator import Orchestrator
 from kernelarc.orchestration.rundir import RunDir
+from kernelarc.orchestration.schedule import judging_order, warn_if_full_too_slow
 from kernelarc.problem.loader import Problem, load_problem, load_solution
 from kernelarc.problem.schema import Solution, Trace
 from kernelarc.proposers.scripted import ScriptedAgent
@@ -225,10 +226,10 @@ def test_under_a_time_limit_cheap_proposals_go_before_run_time_compiles(
     next proposal (ready only after that) too while A's deferral lasts (a quarter of the
     limit: 900 s here); once the judging since A became ready has taken that share, A goes
     before B's second (deferred, not starved: A has had no turn yet)."""
-    from kernelarc.orchestration import orchestrator
+    from kernelarc.orchestration import schedule
 
     if case == "limit, deferral spent":
-        monkeypatch.setattr(orchestrator, "DEFER_SHARE", 1e-9)
+        monkeypatch.setattr(schedule, "DEFER_SHARE", 1e-9)
     gate = threading.Barrier(2, timeout=WAIT_S)
 
     compiled = rms("tc", fail=True)
@@ -329,7 +330,10 @@ def test_under_a_time_limit_building_on_another_agents_best_goes_first(
             return fut
 
         def first(a_parent: str | None, b_parent: str | None) -> str:
-            keys = {n: orch._order(n, ready(p), 0.0) for n, p in (("A", a_parent), ("B", b_parent))}
+            keys = {
+                n: judging_order(orch, n, ready(p), 0.0)
+                for n, p in (("A", a_parent), ("B", b_parent))
+            }
             return min(keys, key=lambda n: keys[n])
 
         assert first(None, "c-best") == "B"
@@ -367,12 +371,48 @@ def test_time_is_kept_for_the_composition_once_it_is_possible(
         orch.full_ms["c2"] = {u: v * 1.01 for u, v in orch.full_ms["c1"].items()}
         assert orch.reserve() == 0.0  # c1 wins everywhere: nothing to compose
         orch.full_ms["c2"] = {u: 2.0 - (i % 2) for i, u in enumerate(uuids)}
-        assert orch.time_left_total() - orch._time_left() == pytest.approx(42.0, abs=0.5)
+        assert orch.time_left_total() - orch.time_left() == pytest.approx(42.0, abs=0.5)
         off = config.model_copy(update={"compose": False})
         orch2 = Orchestrator(problem, [a], off, RunDir(tmp_path), store, guard, {})
         orch2.full_s.update(orch.full_s)
         orch2.full_ms.update(orch.full_ms)
         assert orch2.reserve() == 0.0
+    finally:
+        store.close()
+
+
+def test_no_candidate_is_judged_when_its_screening_cannot_fit(
+    guard: Guard, problem: Problem, tmp_path: Path
+) -> None:
+    """Under a time limit a proposal whose screening is expected (its parent's, else its
+    agent's last) to take over twice the time left is not judged and costs no budget; its
+    agent retires saying why. Within that, or with no limit, it is judged."""
+    from concurrent.futures import Future
+
+    def proposed(name: str) -> Future[Any]:
+        fut: Future[Any] = Future()
+        fut.set_result(Proposal(solution=rms(name), hypothesis=name))
+        return fut
+
+    store = SQLiteStore(tmp_path / "store.sqlite")
+    try:
+        for limit in (100.0, None):
+            config = run_config(problem, ["A"], time_limit_s=limit)
+            orch = Orchestrator(
+                problem, [ScriptedAgent([], name="A")], config, RunDir(tmp_path), store, guard, {}
+            )
+            orch.started -= 80.0  # 20 s of a 100 s limit left
+            orch.agent_cost["A"] = 50.0
+            got = orch._record("A", proposed(f"late{limit}"))
+            if limit is None:
+                assert got is not None and "A" not in orch.retired
+                continue
+            assert got is None and "A" in orch.retired and orch.used == 0
+            [why] = [e.payload["why"] for e in store.events() if e.kind == "agent_retired"]
+            assert "should take ~50 s" in why and "20 s left" in why, why
+            orch.retired.clear()
+            orch.agent_cost["A"] = 39.0  # within twice the time left
+            assert orch._record("A", proposed("fits")) is not None
     finally:
         store.close()
 
@@ -406,9 +446,9 @@ def test_a_run_warns_once_when_a_full_evaluation_cannot_fit(
             per_workload=per, passed=True, score=1.0,
         )  # fmt: skip
         for _ in range(2):
-            orch._warn_if_full_too_slow(screened, screen_s)
-        orch._warn_if_full_too_slow(screened.model_copy(update={"per_workload": per[:1]}), 1e6)
-        orch._warn_if_full_too_slow(screened, 1e6, compiles=True)  # compiling, not judging
+            warn_if_full_too_slow(orch, screened, screen_s)
+        warn_if_full_too_slow(orch, screened.model_copy(update={"per_workload": per[:1]}), 1e6)
+        warn_if_full_too_slow(orch, screened, 1e6, compiles=True)  # compiling, not judging
         kinds = [e.kind for e in store.events()]
     finally:
         store.close()

@@ -27,19 +27,18 @@ from kernelarc.guard.evaluator import Guard
 from kernelarc.orchestration.config import RunConfig
 from kernelarc.orchestration.executor import Executor, LocalExecutor
 from kernelarc.orchestration.interrupts import DeferredInterrupt
-from kernelarc.orchestration.judge import Judge, full_cost_estimate, significant, summarize_stages
+from kernelarc.orchestration.judge import Judge, significant, summarize_stages
 from kernelarc.orchestration.resume import ORCHESTRATOR, restore
 from kernelarc.orchestration.rundir import RunDir
+from kernelarc.orchestration.schedule import (
+    judging_order,
+    no_time_for,
+    warn_if_full_too_slow,
+)
 from kernelarc.problem.loader import Problem
 from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store
 
 MAX_PROPOSE_ERRORS = 3
-EXPENSIVE_SHARE = 1 / 16
-"""A proposal whose judgement is expected to take over this share of the time limit is
-*expensive* (15 s of a 240 s limit): it yields to cheap proposals for a while."""
-DEFER_SHARE = 1 / 4
-"""How long an expensive proposal yields: until the judging done since it became ready has
-taken this share of the time limit (60 s of 240 s), or no cheap proposal is ready."""
 
 
 class Orchestrator:
@@ -61,7 +60,7 @@ class Orchestrator:
         if len(self.agents) != len(agents):
             raise ValueError("agent names must be unique")
         self.executor = executor or LocalExecutor(len(agents))
-        self.judge = Judge(guard, config, bounds, self._time_left)
+        self.judge = Judge(guard, config, bounds, self.time_left)
         self.board = Board()
         self.memory = ConclusionMemory()
         self.plateau = PlateauTracker(config.patience)
@@ -78,7 +77,7 @@ class Orchestrator:
         self.errors: dict[str, int] = {n: 0 for n in self.agents}
         self.told_s = 0.0
         """Seconds spent telling (judging) ready proposals so far in this process; a ready
-        proposal's wait is measured on this clock (see ``_order``)."""
+        proposal's wait is measured on this clock (see ``schedule.judging_order``)."""
         self.screen_cost: dict[str, float] = {}
         """Seconds the screening of each candidate judged in this process took."""
         self.agent_cost: dict[str, float] = {}
@@ -119,7 +118,7 @@ class Orchestrator:
         inflight: dict[Future[Any], str] = {}
         ready_at: dict[Future[Any], float] = {}  # ``told_s`` when each was first seen ready
         try:
-            while self._budget_left() > 0 and self._time_left() > 0:
+            while self._budget_left() > 0 and self.time_left() > 0:
                 self.sigint.check()
                 for name in self._idle(inflight):
                     ctx = self._context(name)
@@ -127,15 +126,15 @@ class Orchestrator:
                     inflight[self.executor.submit(self.agents[name].propose, ctx)] = name
                 if not inflight:
                     break
-                done = self.executor.wait_any(inflight, timeout=self._time_left())
+                done = self.executor.wait_any(inflight, timeout=self.time_left())
                 if not done:
                     continue
                 # One ready proposal is judged at a time, then idle agents are asked again:
                 # a new incumbent reaches every agent's next proposal before the rest of the
-                # ready ones are judged (see ``_order``).
+                # ready ones are judged (see ``schedule.judging_order``).
                 for f in done:
                     ready_at.setdefault(f, self.told_s)
-                fut = min(done, key=lambda f: self._order(inflight[f], f, ready_at[f]))
+                fut = min(done, key=lambda f: judging_order(self, inflight[f], f, ready_at[f]))
                 del ready_at[fut]
                 name = inflight.pop(fut)
                 t0 = time.monotonic()
@@ -152,82 +151,11 @@ class Orchestrator:
             else "budget spent"
             if self._budget_left() <= 0
             else "time limit"
-            if self._time_left() <= 0
+            if self.time_left() <= 0
             else "every agent is done"
         )
         self.event("search_stopped", {"reason": reason, "used": self.used})
         return finish(self)
-
-    def _order(self, name: str, fut: Future[Any], ready_at: float) -> tuple[Any, ...]:
-        """Sort key of a ready proposal. Without a time limit: its priority (the proposal's
-        own when it sets one, else its agent's), then the agents' order. Under one, an
-        expensive proposal (``_expensive``) first yields to the cheap ones until the judging
-        done since it became ready has taken ``DEFER_SHARE`` of the limit: cheap wins are
-        measured before a costly judgement, which still comes (never starved by an agent
-        that proposes again at once). Then a proposal built on the board's best incumbent of
-        *another* agent (its parent) goes first: combining the best found so far is likelier
-        to win than one more variant of an agent's own line (H200, L1 017: the compiler's
-        next configuration, 62 s, went before the CUDA graph of its new best incumbent,
-        whose small workloads sat at a ~0.2 ms launch floor, and the time ran out). Then
-        agents take turns (fewest candidates judged first), then priority, then who was
-        ready first. A failed or empty proposal costs nothing."""
-        proposal = fut.result() if fut.exception() is None else None
-        priority = self.agents[name].priority
-        if isinstance(proposal, Proposal) and proposal.priority is not None:
-            priority = proposal.priority
-        index = list(self.agents).index(name)
-        limit = self.config.time_limit_s
-        if limit is None:
-            return (-priority, index)
-        slow = isinstance(proposal, Proposal) and self._expensive(name, proposal)
-        deferred = slow and self.told_s - ready_at < DEFER_SHARE * limit
-        best = self.board.best() if self.config.board else None
-        on_best = (
-            isinstance(proposal, Proposal)
-            and best is not None
-            and best[0] != name
-            and proposal.parent_id == best[1]
-        )
-        return (deferred, not on_best, self.per_agent.get(name, 0), -priority, ready_at, index)
-
-    def _warn_if_full_too_slow(
-        self, screened: CandidateResult, screen_s: float, compiles: bool = False
-    ) -> None:
-        """Once per run: an event when a complete screening says that one full evaluation
-        will not fit in the time left (the run would end without a validated solution).
-        Not from a solution that ``compiles`` at run time: its screening is mostly compiling
-        (on the H200, L1 017: a 67 s screening predicted 1192 s, and the full evaluation of
-        the next compiled candidate then fitted in the 101 s left)."""
-        cfg, judge = self.config, self.judge
-        if cfg.time_limit_s is None or self.full_cost_warned or not screened.passed or compiles:
-            return
-        if len(screened.per_workload) < len(judge.screen_set):
-            return
-        est = full_cost_estimate(screen_s, len(self.problem.workloads), len(judge.screen_set))
-        if est > self.time_left_total():
-            self.full_cost_warned = True
-            self.event(
-                "full_protocol_too_slow",
-                {
-                    "estimated_s": round(est),
-                    "time_left_s": round(max(self.time_left_total(), 0.0)),
-                    "why": f"a screening took {screen_s:.0f} s: one full evaluation of "
-                    f"{len(self.problem.workloads)} workloads should take about {est:.0f} s; "
-                    "raise --time-limit or no candidate may pass the full protocol",
-                },
-            )
-
-    def _expensive(self, name: str, proposal: Proposal) -> bool:
-        """Whether judging ``proposal`` is expected to take over ``EXPENSIVE_SHARE`` of the
-        time limit (never, without one). The estimate is the screening time of its parent,
-        else of its agent's last candidate; with neither, a solution that compiles at run
-        time (torch.compile: a compile per workload shape) is expected to be expensive."""
-        if self.config.time_limit_s is None:
-            return False
-        cost = self.screen_cost.get(proposal.parent_id or "", self.agent_cost.get(name))
-        if cost is None:
-            return proposal.solution.compiles_at_run_time()
-        return cost > EXPENSIVE_SHARE * self.config.time_limit_s
 
     def _idle(self, inflight: dict[Future[Any], str]) -> list[str]:
         busy = set(inflight.values())
@@ -249,7 +177,7 @@ class Orchestrator:
     def _budget_left(self) -> int:
         return self.config.budget - self.used
 
-    def _time_left(self) -> float:
+    def time_left(self) -> float:
         """Seconds left to the search: the time limit less what has run, less the time kept
         for the final composition (``reserve``)."""
         return self.time_left_total() - self.reserve()
@@ -378,6 +306,8 @@ class Orchestrator:
                 self.event("duplicate", {"agent": name, "of": dup.id})
                 self._observe(name, cached, store_conclusion=False)
                 return None
+        if no_time_for(self, name, proposal):
+            return None
         record = self.store.add_candidate(
             CandidateRecord(
                 id=f"c{len(self.store.candidates()) + 1:04d}-{name}",
@@ -422,8 +352,8 @@ class Orchestrator:
         self.used += 1
         self.per_agent[name] = self.per_agent.get(name, 0) + 1
         self.screen_cost[record.id] = self.agent_cost[name] = stages[0][1].wall_s
-        self._warn_if_full_too_slow(
-            stages[0][2], stages[0][1].wall_s, record.solution.compiles_at_run_time()
+        warn_if_full_too_slow(
+            self, stages[0][2], stages[0][1].wall_s, record.solution.compiles_at_run_time()
         )
         final = stages[-1][2]
         if final.stage == "full" and final.passed:

@@ -1,0 +1,123 @@
+"""The search's use of its time limit: which ready proposal is judged first, which is not
+judged at all, when to warn that a full evaluation cannot fit. Functions of the
+:class:`~kernelarc.orchestration.orchestrator.Orchestrator` state, which calls them; nothing
+here runs without a time limit except the priority order.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from kernelarc.agents.types import CandidateResult, Proposal
+from kernelarc.orchestration.judge import full_cost_estimate
+
+if TYPE_CHECKING:
+    from kernelarc.orchestration.orchestrator import Orchestrator
+
+EXPENSIVE_SHARE = 1 / 16
+"""A proposal whose judgement is expected to take over this share of the time limit is
+*expensive* (15 s of a 240 s limit): it yields to cheap proposals for a while."""
+DEFER_SHARE = 1 / 4
+"""How long an expensive proposal yields: until the judging done since it became ready has
+taken this share of the time limit (60 s of 240 s), or no cheap proposal is ready."""
+NO_TIME_FACTOR = 2.0
+"""A proposal whose screening is expected to take over this many times the time left is not
+judged (the limit would cut it: nothing learnt, and the run ends past its limit)."""
+
+
+def judging_order(
+    orch: Orchestrator, name: str, fut: Future[Any], ready_at: float
+) -> tuple[Any, ...]:
+    """Sort key of a ready proposal. Without a time limit: its priority (the proposal's
+    own when it sets one, else its agent's), then the agents' order. Under one, an
+    expensive proposal (``expensive``) first yields to the cheap ones until the judging
+    done since it became ready has taken ``DEFER_SHARE`` of the limit: cheap wins are
+    measured before a costly judgement, which still comes (never starved by an agent
+    that proposes again at once). Then a proposal built on the board's best incumbent of
+    *another* agent (its parent) goes first: combining the best found so far is likelier
+    to win than one more variant of an agent's own line (H200, L1 017: the compiler's
+    next configuration, 62 s, went before the CUDA graph of its new best incumbent,
+    whose small workloads sat at a ~0.2 ms launch floor, and the time ran out). Then
+    agents take turns (fewest candidates judged first), then priority, then who was
+    ready first. A failed or empty proposal costs nothing."""
+    proposal = fut.result() if fut.exception() is None else None
+    priority = orch.agents[name].priority
+    if isinstance(proposal, Proposal) and proposal.priority is not None:
+        priority = proposal.priority
+    index = list(orch.agents).index(name)
+    limit = orch.config.time_limit_s
+    if limit is None:
+        return (-priority, index)
+    slow = isinstance(proposal, Proposal) and expensive(orch, name, proposal)
+    deferred = slow and orch.told_s - ready_at < DEFER_SHARE * limit
+    best = orch.board.best() if orch.config.board else None
+    on_best = (
+        isinstance(proposal, Proposal)
+        and best is not None
+        and best[0] != name
+        and proposal.parent_id == best[1]
+    )
+    return (deferred, not on_best, orch.per_agent.get(name, 0), -priority, ready_at, index)
+
+
+def warn_if_full_too_slow(
+    orch: Orchestrator, screened: CandidateResult, screen_s: float, compiles: bool = False
+) -> None:
+    """Once per run: an event when a complete screening says that one full evaluation
+    will not fit in the time left (the run would end without a validated solution).
+    Not from a solution that ``compiles`` at run time: its screening is mostly compiling
+    (on the H200, L1 017: a 67 s screening predicted 1192 s, and the full evaluation of
+    the next compiled candidate then fitted in the 101 s left)."""
+    cfg, judge = orch.config, orch.judge
+    if cfg.time_limit_s is None or orch.full_cost_warned or not screened.passed or compiles:
+        return
+    if len(screened.per_workload) < len(judge.screen_set):
+        return
+    est = full_cost_estimate(screen_s, len(orch.problem.workloads), len(judge.screen_set))
+    if est > orch.time_left_total():
+        orch.full_cost_warned = True
+        orch.event(
+            "full_protocol_too_slow",
+            {
+                "estimated_s": round(est),
+                "time_left_s": round(max(orch.time_left_total(), 0.0)),
+                "why": f"a screening took {screen_s:.0f} s: one full evaluation of "
+                f"{len(orch.problem.workloads)} workloads should take about {est:.0f} s; "
+                "raise --time-limit or no candidate may pass the full protocol",
+            },
+        )
+
+
+def expensive(orch: Orchestrator, name: str, proposal: Proposal) -> bool:
+    """Whether judging ``proposal`` is expected to take over ``EXPENSIVE_SHARE`` of the
+    time limit (never, without one). The estimate is the screening time of its parent,
+    else of its agent's last candidate; with neither, a solution that compiles at run
+    time (torch.compile: a compile per workload shape) is expected to be expensive."""
+    if orch.config.time_limit_s is None:
+        return False
+    cost = orch.screen_cost.get(proposal.parent_id or "", orch.agent_cost.get(name))
+    if cost is None:
+        return proposal.solution.compiles_at_run_time()
+    return cost > EXPENSIVE_SHARE * orch.config.time_limit_s
+
+
+def no_time_for(orch: Orchestrator, name: str, proposal: Proposal) -> bool:
+    """Under a time limit, whether ``proposal`` is left unjudged because its screening is
+    expected (as in ``expensive``) to take over ``NO_TIME_FACTOR`` times the time left;
+    its agent then retires, with the reason (it would propose the same kind again). On
+    the H200, FIB 002: a compiled candidate started 12 s before the limit, after three
+    of its agent's screenings of 53-61 s, and the run ended 53 s past the limit."""
+    if orch.config.time_limit_s is None:
+        return False
+    cost = orch.screen_cost.get(proposal.parent_id or "", orch.agent_cost.get(name))
+    left = max(orch.time_left(), 0.0)
+    if cost is None or cost <= NO_TIME_FACTOR * left:
+        return False
+    orch.retired.add(name)
+    why = (
+        f"no time for its next candidate: its screening should take ~{cost:.0f} s "
+        f"(the last of its kind took that), {left:.0f} s left"
+    )
+    orch.event("agent_retired", {"agent": name, "why": why})
+    return True
