@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from kernelarc.examples import example_dir
-from kernelarc.guard.evaluator import Guard, GuardConfig
+from kernelarc.guard.evaluator import EvalResult, Guard, GuardConfig
 from kernelarc.problem.loader import Problem, load_problem, load_solution
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.builtin import make_solution
@@ -51,11 +51,9 @@ def _config(tmp_path: Path, early: bool | None) -> GuardConfig:
     )  # fmt: skip
 
 
-def _passed(res: object) -> None:
-    outcomes = res.outcomes  # type: ignore[attr-defined]
-    assert [o.status.value for o in outcomes] == ["PASSED"] * len(outcomes), [
-        o.log for o in outcomes
-    ]
+def _passed(res: EvalResult) -> None:
+    statuses = [o.status.value for o in res.outcomes]
+    assert statuses == ["PASSED"] * len(res.outcomes), [o.log for o in res.outcomes]
 
 
 def test_on_the_cpu_the_compiled_solution_prepares_in_its_own_setup(

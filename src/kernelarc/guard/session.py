@@ -161,10 +161,13 @@ class CandidateSession:
         solution's import (``load.entry``), torch.compile's preparation inside the setup
         (``load.prewarm``) or done by the spare before it (``spare_prewarm``, not part of
         this candidate's time unless the spare was taken before it finished)."""
+        if not isinstance(timings, dict):
+            return
         names = {"entry": "load.entry", "prewarm": "load.prewarm", "spare_prewarm": "spare_prewarm"}
-        for key, value in (timings or {}).items() if isinstance(timings, dict) else ():
-            if key in names and isinstance(value, int | float):
-                self.phases[names[key]] = self.phases.get(names[key], 0.0) + float(value)
+        for key, phase in names.items():
+            value = timings.get(key)
+            if isinstance(value, int | float):
+                self.phases[phase] = self.phases.get(phase, 0.0) + float(value)
 
     # ------------------------------------------------------------------ compile pass
     def warm(self, workloads: list[Workload], budget_s: float | None = None) -> None:

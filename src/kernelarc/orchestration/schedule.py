@@ -89,14 +89,20 @@ def warn_if_full_too_slow(
         )
 
 
+def expected_screen_s(orch: Orchestrator, name: str, proposal: Proposal) -> float | None:
+    """The screening time ``proposal`` is expected to take: its parent's, else its agent's
+    last candidate's; None when neither was screened in this process."""
+    return orch.screen_cost.get(proposal.parent_id or "", orch.agent_cost.get(name))
+
+
 def expensive(orch: Orchestrator, name: str, proposal: Proposal) -> bool:
-    """Whether judging ``proposal`` is expected to take over ``EXPENSIVE_SHARE`` of the
-    time limit (never, without one). The estimate is the screening time of its parent,
-    else of its agent's last candidate; with neither, a solution that compiles at run
-    time (torch.compile: a compile per workload shape) is expected to be expensive."""
+    """Whether judging ``proposal`` is expected (``expected_screen_s``) to take over
+    ``EXPENSIVE_SHARE`` of the time limit (never, without one); with no estimate, a solution
+    that compiles at run time (torch.compile: a compile per workload shape) is expected to be
+    expensive."""
     if orch.config.time_limit_s is None:
         return False
-    cost = orch.screen_cost.get(proposal.parent_id or "", orch.agent_cost.get(name))
+    cost = expected_screen_s(orch, name, proposal)
     if cost is None:
         return proposal.solution.compiles_at_run_time()
     return cost > EXPENSIVE_SHARE * orch.config.time_limit_s
@@ -104,13 +110,13 @@ def expensive(orch: Orchestrator, name: str, proposal: Proposal) -> bool:
 
 def no_time_for(orch: Orchestrator, name: str, proposal: Proposal) -> bool:
     """Under a time limit, whether ``proposal`` is left unjudged because its screening is
-    expected (as in ``expensive``) to take over ``NO_TIME_FACTOR`` times the time left;
+    expected (``expected_screen_s``) to take over ``NO_TIME_FACTOR`` times the time left;
     its agent then retires, with the reason (it would propose the same kind again). On
     the H200, FIB 002: a compiled candidate started 12 s before the limit, after three
     of its agent's screenings of 53-61 s, and the run ended 53 s past the limit."""
     if orch.config.time_limit_s is None:
         return False
-    cost = orch.screen_cost.get(proposal.parent_id or "", orch.agent_cost.get(name))
+    cost = expected_screen_s(orch, name, proposal)
     left = max(orch.time_left(), 0.0)
     if cost is None or cost <= NO_TIME_FACTOR * left:
         return False
