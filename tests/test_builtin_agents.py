@@ -221,7 +221,7 @@ def test_compiler_compiles_a_better_board_incumbent_once(problem: Problem, guard
     better than eager and than the compiler's own) is compiled before the next variant, once;
     the wrapped candidate passes the guard and the conclusion names its base."""
     board = BoardSnapshot(incumbents=_board_views(problem), version=3)
-    agent = CompilerAgent()
+    agent = _after_plain(problem, board=board, incumbent=None)
     first = agent.propose(agent_context(problem, board=board, incumbent=None))
     assert first is not None and first.tags == ("compiler", "default", "board"), first.tags
     assert first.parent_id == "c3" and first.mode == "refine"
@@ -230,7 +230,7 @@ def test_compiler_compiles_a_better_board_incumbent_once(problem: Problem, guard
     assert first.solution.compiles_at_run_time()
     assert len(first.solution.sources) == 3, "the base's files and the compiling wrapper"
     again = agent.propose(agent_context(problem, board=board, incumbent=None))
-    assert again is not None and again.tags == ("compiler", "default"), "no base twice"
+    assert again is not None and again.tags == ("compiler", "static"), "no base twice"
     ev = guard.evaluate(first.solution, _small(problem))
     statuses = [(o.status.value, o.log[:300]) for o in ev.outcomes]
     assert all(st == "PASSED" for st, _ in statuses), statuses
@@ -238,7 +238,7 @@ def test_compiler_compiles_a_better_board_incumbent_once(problem: Problem, guard
     twin.restore(json.loads(json.dumps(agent.state())))
     assert twin.propose(agent_context(problem, board=board, incumbent=None)).tags[-1] != "board"
     # Observed in order: the board candidate's conclusion names its base.
-    fresh = CompilerAgent()
+    fresh = _after_plain(problem, board=board, incumbent=None)
     fresh.propose(agent_context(problem, board=board, incumbent=None))
     conclusion = fresh.observe(_result(ev, fresh.name))
     assert conclusion.claim.startswith("torch.compile default settings of c3:"), conclusion.claim
@@ -248,8 +248,9 @@ def test_compiler_leaves_board_incumbents_it_cannot_beat(problem: Problem) -> No
     views = _board_views(problem)
     mine = views[0].model_copy(update={"agent": "compiler", "candidate_id": "c9", "score": 2.5})
     board = BoardSnapshot(incumbents=views, version=3)
-    proposal = CompilerAgent().propose(agent_context(problem, board=board, incumbent=mine))
-    assert proposal is not None and proposal.tags == ("compiler", "default")
+    agent = _after_plain(problem, board=board, incumbent=mine)
+    proposal = agent.propose(agent_context(problem, board=board, incumbent=mine))
+    assert proposal is not None and proposal.tags == ("compiler", "static")
     with pytest.raises(ValueError, match="'bases'"):
         CompilerAgent().restore({"bases": "c3"})
 
@@ -257,19 +258,24 @@ def test_compiler_leaves_board_incumbents_it_cannot_beat(problem: Problem) -> No
 def test_compiler_rebases_a_stale_proposal_onto_a_better_board_incumbent(
     problem: Problem,
 ) -> None:
-    """Asked on an empty board, the compiler proposes the reference's first configuration; once
-    a better incumbent is on the board, ``rebase`` compiles that instead and the configuration
-    comes back later; a board proposal moves to a still better base only; drafts stay."""
+    """The reference's default compile (torch.compile's baseline) is never rebased. The next
+    configuration, proposed on an empty board, is: once a better incumbent is on the board,
+    ``rebase`` compiles that instead and the configuration comes back later; a board proposal
+    moves to a still better base only; drafts stay."""
     views = _board_views(problem)  # precision 2.0 (c3), cuda-graph 3.0, reference 5.0
     agent = CompilerAgent()
     empty = agent_context(problem, board=BoardSnapshot(version=0), incumbent=None)
-    stale = agent.propose(empty)
-    assert stale is not None and stale.tags == ("compiler", "default")
-    assert agent.rebase(stale, empty) is None  # nothing better on the board
     board = BoardSnapshot(incumbents=views[:1], version=1)
+    plain = agent.propose(empty)
+    assert plain is not None and plain.tags == ("compiler", "default") and plain.parent_id is None
+    assert agent.rebase(plain, agent_context(problem, board=board, incumbent=None)) is None
+    agent.observe(_synthetic([_wr("w1", 1, 0.9, 1.0)]))
+    stale = agent.propose(empty)
+    assert stale is not None and stale.tags == ("compiler", "static")
+    assert agent.rebase(stale, empty) is None  # nothing better on the board
     now = agent.rebase(stale, agent_context(problem, board=board, incumbent=None))
     assert now is not None and now.parent_id == "c3" and now.tags[-1] == "board"
-    assert agent.state()["tried"] == [] and agent.state()["pending_base"] == "c3"
+    assert agent.state()["tried"] == ["default"] and agent.state()["pending_base"] == "c3"
     # The same base again, or a weaker one, is no reason to rebase a board proposal.
     assert agent.rebase(now, agent_context(problem, board=board, incumbent=None)) is None
     tf32 = views[0].solution
@@ -279,7 +285,7 @@ def test_compiler_rebases_a_stale_proposal_onto_a_better_board_incumbent(
     assert moved is not None and moved.parent_id == "c8"
     assert agent.state()["bases"] == ["c8"], "c3 may be compiled later"
     nxt = agent.propose(agent_context(problem, board=BoardSnapshot(version=2), incumbent=None))
-    assert nxt is not None and nxt.tags == ("compiler", "default"), "the configuration is back"
+    assert nxt is not None and nxt.tags == ("compiler", "static"), "the configuration is back"
     draft = nxt.model_copy(update={"mode": "draft"})
     assert agent.rebase(draft, agent_context(problem, board=board2, incumbent=None)) is None
 
@@ -296,13 +302,13 @@ def test_compiler_walks_its_configurations_on_the_base_whose_compile_won(
     board = BoardSnapshot(incumbents=views[:1], version=1)
     won = [_wr("w1", 1, 0.5, 1.0)]
 
-    loser = CompilerAgent()
+    loser = _after_plain(problem, board=board, incumbent=None)
     assert loser.propose(agent_context(problem, board=board, incumbent=None)).parent_id == "c3"
     loser.observe(_synthetic(won, improved=False))
     nxt = loser.propose(agent_context(problem, board=board, incumbent=None))
-    assert nxt is not None and nxt.tags == ("compiler", "default") and nxt.parent_id is None
+    assert nxt is not None and nxt.tags == ("compiler", "static") and nxt.parent_id is None
 
-    agent = CompilerAgent()
+    agent = _after_plain(problem, board=board, incumbent=None)
     first = agent.propose(agent_context(problem, board=board, incumbent=None))
     assert first is not None and first.tags == ("compiler", "default", "board")
     agent.observe(_synthetic(won, improved=True))
@@ -337,6 +343,17 @@ def test_compiler_walks_its_configurations_on_the_base_whose_compile_won(
 
 
 # ------------------------------------------------------------------------------ conclusions
+
+
+def _after_plain(problem: Problem, **ctx: object) -> CompilerAgent:
+    """A compiler agent whose first proposal, the reference's default compile (never
+    displaced by a board base), was judged: not an improvement."""
+    agent = CompilerAgent()
+    plain = agent.propose(agent_context(problem, **ctx))
+    assert plain is not None and plain.tags == ("compiler", "default") and plain.mode == "refine"
+    assert "torch.compile(run)" in plain.solution.sources[0].content
+    agent.observe(_synthetic([_wr("w1", 1, 0.9, 1.0)]))
+    return agent
 
 
 def _compiler_after_one_proposal(problem: Problem, **ctx: object) -> CompilerAgent:
@@ -480,6 +497,69 @@ def test_board_compile_carries_the_setup(problem: Problem) -> None:
     text = "\n".join(s.content for s in sol.sources)
     assert variant.setup() in text
     assert text.index("recompile_limit") < text.index("torch.compile(_ka_base, dynamic=False")
+
+
+def test_compiler_first_compiles_the_reference_whatever_the_board(problem: Problem) -> None:
+    """The first proposal is torch.compile's own baseline (the reference, default settings)
+    even with better board incumbents to compile, and no board change rebases it; the
+    board's base comes next. The flag survives a state round trip."""
+    board = BoardSnapshot(incumbents=_board_views(problem), version=3)
+    ctx = agent_context(problem, board=board, incumbent=None)
+    agent = CompilerAgent()
+    plain = agent.propose(ctx)
+    assert plain is not None and plain.tags == ("compiler", "default")
+    assert compiled_source(problem.definition.reference, COMPILE_VARIANTS[0]) == (
+        plain.solution.sources[0].content
+    )
+    assert agent.rebase(plain, ctx) is None
+    twin = CompilerAgent()
+    twin.restore(json.loads(json.dumps(agent.state())))
+    assert twin.state()["plain"] is True
+    agent.observe(_synthetic([_wr("w1", 1, 0.9, 1.0)]))
+    nxt = agent.propose(ctx)
+    assert nxt is not None and nxt.tags == ("compiler", "default", "board")
+    with pytest.raises(ValueError, match="'plain'"):
+        CompilerAgent().restore({"plain": "yes"})
+
+
+def test_reduce_overhead_entry_returns_fresh_outputs(problem: Problem) -> None:
+    """Inductor's CUDA graphs write each call's outputs into the same buffers; the
+    reduce-overhead entry hands out copies, for a tensor and for a tuple. A stand-in for
+    the compiled function (a named fake: no CUDA here) reuses one buffer like a graph."""
+    from kernelarc.proposers.compile_board import compiled_base_solution
+
+    variant = next(v for v in COMPILE_VARIANTS if v.name == "reduce-overhead")
+    assert variant.fresh_outputs and not COMPILE_VARIANTS[0].fresh_outputs
+    buffer = torch.zeros(3)
+
+    def graph_like(x: torch.Tensor, pair: bool = False):
+        buffer.copy_(x)
+        return (buffer, 7) if pair else buffer
+
+    space: dict[str, object] = {"torch": torch, "_fake_graph": graph_like}
+    exec(variant.entry("_fake_graph"), space)
+    entry = space["kernelarc_entry"]
+    first = entry(torch.ones(3))
+    second = entry(torch.full((3,), 2.0))
+    assert torch.equal(first, torch.ones(3)), "the first output changed under the caller"
+    assert torch.equal(second, torch.full((3,), 2.0))
+    out, seven = entry(torch.full((3,), 5.0), True)
+    entry(torch.zeros(3))
+    assert torch.equal(out, torch.full((3,), 5.0)) and seven == 7
+    src = compiled_source(problem.definition.reference, variant)
+    assert "mode='reduce-overhead'" in src and "return out.clone()" in src
+    base = ReferenceAgent().propose(agent_context(problem))
+    assert base is not None
+    wrapped = compiled_base_solution(
+        base.solution,
+        problem.definition,
+        arguments=variant.arguments(),
+        entry=variant.entry("_ka_compiled"),
+        name="x",
+        what="a base",
+        label=variant.label(),
+    )
+    assert "out = _ka_compiled(*args)" in wrapped.sources[-1].content
 
 
 def test_compiled_source_text(problem: Problem) -> None:

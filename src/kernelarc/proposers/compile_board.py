@@ -33,9 +33,8 @@ import torch
 {setup}_ka_compiled = torch.compile(_ka_base{arguments})
 
 
-def kernelarc_entry(*args):
-    return _ka_compiled(*args)
-"""
+{entry}"""
+PLAIN_ENTRY = "def kernelarc_entry(*args):\n    return _ka_compiled(*args)\n"
 
 
 def why_not_compilable(solution: Solution, definition: Definition) -> str | None:
@@ -62,10 +61,12 @@ def compiled_base_solution(
     what: str,
     label: str,
     setup: str = "",
+    entry: str = PLAIN_ENTRY,
 ) -> Solution:
     """``base`` wrapped in ``torch.compile(base_entry, arguments)`` (``arguments``: the
     keyword text of an Inductor configuration, empty for the defaults; ``setup``: source
-    lines run before the compile call, see ``CompileVariant.setup``)."""
+    lines run before the compile call, see ``CompileVariant.setup``; ``entry``: the source
+    of ``kernelarc_entry`` calling ``_ka_compiled``, see ``CompileVariant.entry``)."""
     return wrap_solution(
         base,
         definition,
@@ -75,10 +76,11 @@ def compiled_base_solution(
         body=_BODY.format(
             arguments=f", {arguments}" if arguments else "",
             setup=f"{setup}\n" if setup else "",
+            entry=entry,
         ),
         stem="kernelarc_compiled",
         docstring=f"KernelArc compiler agent: torch.compile ({label}) of {what}.",
     )
 
 
-__all__ = ["GRAPH_MARKERS", "compiled_base_solution", "why_not_compilable"]
+__all__ = ["GRAPH_MARKERS", "PLAIN_ENTRY", "compiled_base_solution", "why_not_compilable"]

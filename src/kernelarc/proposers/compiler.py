@@ -11,6 +11,18 @@ session 11: the default configuration of the reference was judged right after th
 configuration of an equivalent rewritten graph, and the shape-specialised one, which is
 what torch.compile's baseline does, was never reached).
 
+Its first proposal is always the reference under the default configuration — torch.compile's
+own baseline, the figure users compare against — and no better board incumbent displaces it
+(``rebase`` leaves it). FIB 002, H200, session 13: with board bases first, the agent never
+compiled the reference; every compile of the rewritten graph took 2.43-3.41 us on the 1-row
+workload where the compiled reference took 2.05 us, and the run's best read 0.77x of
+torch.compile on the two workloads compared.
+
+``reduce-overhead`` replays Inductor's CUDA graphs, which write every call's outputs into the
+same buffers: the entry returns copies (``CompileVariant.fresh_outputs``), else the output of
+one call changes under the caller at the next (FIB 002, H200, session 13: the guard's
+re-check of a timed call's output found 1.4% of its elements right, REWARD_HACK[recheck]).
+
 Its solutions are real SOL-ExecBench solutions (``languages: ["pytorch"]``, non
 destination-passing for the reference's, one file ``solution.py``; wrappers of the base
 for board incumbents) and it concludes from the guard's verdict with a short claim, the
@@ -57,6 +69,9 @@ class CompileVariant:
     kwargs: tuple[tuple[str, Any], ...] = ()
     options: tuple[tuple[str, Any], ...] = ()
     cuda_only: bool = False
+    fresh_outputs: bool = False
+    """The entry returns copies of the compiled function's tensors: it reuses its output
+    buffers from one call to the next (CUDA graphs)."""
 
     def specialises(self) -> bool:
         """True when the configuration compiles one graph per input shape (``dynamic=False``)."""
@@ -89,6 +104,21 @@ class CompileVariant:
             parts.append(f"options={dict(self.options)!r}")
         return ", ".join(parts)
 
+    def entry(self, compiled: str) -> str:
+        """The source of ``kernelarc_entry``, which calls ``compiled`` (a module-level name)."""
+        if not self.fresh_outputs:
+            return f"def {COMPILED_ENTRY}(*args):\n    return {compiled}(*args)\n"
+        return (
+            f"def {COMPILED_ENTRY}(*args):\n"
+            f"    # The compiled graphs reuse their output buffers on the next call: copies.\n"
+            f"    out = {compiled}(*args)\n"
+            "    if isinstance(out, torch.Tensor):\n"
+            "        return out.clone()\n"
+            "    if isinstance(out, tuple):\n"
+            "        return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in out)\n"
+            "    return out\n"
+        )
+
     def label(self) -> str:
         """A readable one-line description, e.g. ``mode=max-autotune-no-cudagraphs``."""
         parts = [f"{k}={v}" for k, v in self.kwargs]
@@ -108,7 +138,11 @@ COMPILE_VARIANTS: tuple[CompileVariant, ...] = (
         "epilogue-fusion", "options", options=(("epilogue_fusion", True), ("max_autotune", False))
     ),
     CompileVariant(
-        "reduce-overhead", "mode", kwargs=(("mode", "reduce-overhead"),), cuda_only=True
+        "reduce-overhead",
+        "mode",
+        kwargs=(("mode", "reduce-overhead"),),
+        cuda_only=True,
+        fresh_outputs=True,
     ),
 )
 
@@ -124,8 +158,7 @@ def compiled_source(reference: str, variant: CompileVariant) -> str:
         + "import torch  # noqa: E402\n\n"
         + (f"{setup}\n" if (setup := variant.setup()) else "")
         + f"_compiled = {call}\n\n\n"
-        + f"def {COMPILED_ENTRY}(*args):\n"
-        + "    return _compiled(*args)\n"
+        + variant.entry("_compiled")
     )
 
 
@@ -178,6 +211,8 @@ class CompilerAgent(Agent, Rebasing):
         and ``_index`` are about this base."""
         self._baseline_ms: dict[str, float] = {}
         self._classes = WorkloadClasses()
+        self._plain = False
+        """The reference's default compile (torch.compile's own baseline) has been proposed."""
 
     def _usable(self, device: str) -> list[CompileVariant]:
         return [
@@ -238,6 +273,7 @@ class CompilerAgent(Agent, Rebasing):
             definition,
             arguments=variant.arguments(),
             setup=variant.setup(),
+            entry=variant.entry("_ka_compiled"),
             name=f"{definition.name}-compiler-{variant.name}-on-{base.agent}-{self._count}",
             what=what,
             label=variant.label(),
@@ -256,7 +292,8 @@ class CompilerAgent(Agent, Rebasing):
         )
 
     def propose(self, context: AgentContext) -> Proposal | None:
-        base = self._board_base(context)
+        plain_first = not self._plain and not self._tried and self._on is None
+        base = None if plain_first and not context.must_draft else self._board_base(context)
         if base is not None:
             return self._propose_on(context, base)
         variant = self._next(context)
@@ -271,6 +308,7 @@ class CompilerAgent(Agent, Rebasing):
         self._classes = WorkloadClasses.of(definition, context.workloads)
         self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
         self._pending = variant.name
+        self._plain = self._plain or variant is COMPILE_VARIANTS[0]
         self._count += 1
         draft = context.must_draft
         parent = (
@@ -302,6 +340,8 @@ class CompilerAgent(Agent, Rebasing):
         reference, or a weaker base); the replaced configuration or base is tried later."""
         if self._pending is None or proposal.mode == "draft":
             return None
+        if self._pending_base is None and self._pending == COMPILE_VARIANTS[0].name:
+            return None  # the reference's default compile: torch.compile's baseline itself
         base = self._board_base(context)
         if base is None:
             return None
@@ -362,6 +402,7 @@ class CompilerAgent(Agent, Rebasing):
             "on": _dump(self._on),
             "baseline_ms": dict(self._baseline_ms),
             "classes": self._classes.to_state(),
+            "plain": self._plain,
         }
 
     def restore(self, state: dict[str, object]) -> None:
@@ -376,6 +417,10 @@ class CompilerAgent(Agent, Rebasing):
         for name in [*tried, *([pending] if pending is not None else [])]:
             _variant_named(str(name))
         bases, pending_base = state.get("bases", []), state.get("pending_base")
+        plain = state.get("plain", False)
+        if not isinstance(plain, bool):
+            raise ValueError(f"compiler agent state: bad 'plain' {plain!r}")
+        self._plain = plain
         if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
             raise ValueError("compiler agent state: 'bases' must be a list of candidate ids")
         if pending_base is not None and not isinstance(pending_base, str):
