@@ -99,6 +99,7 @@ def judge(problem_dir: Path, solutions: list[Path], **cfg: Any) -> list[dict[str
                     ),
                     "latency_ms": [o.latency_ms for o in res.outcomes],
                     "iqm_ms": [(o.latency or {}).get("iqm_ms") for o in res.outcomes],
+                    "timed_calls": [(o.latency or {}).get("n") for o in res.outcomes],
                     "median_interp_ms": [
                         (o.latency or {}).get("median_interp_ms") for o in res.outcomes
                     ],
@@ -244,10 +245,12 @@ def report(results: dict[str, Any]) -> None:
                     )
             for w in range(n):
                 meds = [r["latency_ms"][w] for r in runs]
+                calls = [(r.get("timed_calls") or [None] * n)[w] for r in runs]
                 print(
                     f"   {runs[0]['axes'][w]} ours {statistics.median(meds) * 1e3:8.1f} µs "
                     f"ref {runs[0]['reference_ms'][w] * 1e3:8.1f} µs  spread "
-                    f"{(max(meds) - min(meds)) / statistics.median(meds):.2%}"
+                    f"{(max(meds) - min(meds)) / statistics.median(meds):.2%}  timed calls "
+                    f"{calls}"
                 )
     for r in results.get("gelu16", []):
         print(
