@@ -244,13 +244,32 @@ def test_compiler_compiles_a_better_board_incumbent_once(problem: Problem, guard
     assert conclusion.claim.startswith("torch.compile default settings of c3:"), conclusion.claim
 
 
-def test_compiler_leaves_board_incumbents_it_cannot_beat(problem: Problem) -> None:
-    views = _board_views(problem)
-    mine = views[0].model_copy(update={"agent": "compiler", "candidate_id": "c9", "score": 2.5})
+def test_compiler_compares_bases_with_bases(problem: Problem) -> None:
+    """A board base qualifies when it is better, uncompiled, than the base of the compiler's
+    best compile: a compiled reference at 9x does not block a 2x policy (the reference is
+    1x). Once that base's compile won, a weaker base is left (the walk goes on) and a
+    stronger one is compiled."""
+    views = _board_views(problem)  # precision 2.0 (c3), cuda-graph 3.0, reference 5.0
+    tf32 = views[0].solution
+    won = [_wr("w1", 1, 0.5, 1.0)]
+    mine = views[0].model_copy(update={"agent": "compiler", "candidate_id": "c9", "score": 9.0})
     board = BoardSnapshot(incumbents=views, version=3)
     agent = _after_plain(problem, board=board, incumbent=mine)
-    proposal = agent.propose(agent_context(problem, board=board, incumbent=mine))
-    assert proposal is not None and proposal.tags == ("compiler", "static")
+    first = agent.propose(agent_context(problem, board=board, incumbent=mine))
+    assert first is not None and first.parent_id == "c3" and first.tags[-1] == "board"
+    agent.observe(_synthetic(won, improved=True))
+    mine = mine.model_copy(update={"candidate_id": "c10", "score": 12.0})
+    weaker = incumbent_view("rewrite", "c4", 1.5, tf32.model_copy(update={"name": "w"}))
+    board = BoardSnapshot(incumbents=(*views, weaker), version=4)
+    walk = agent.propose(agent_context(problem, board=board, incumbent=mine))
+    assert walk is not None and walk.tags == ("compiler", "static", "board")
+    assert walk.parent_id == "c3", "the walk on the winning base, not the weaker base"
+    agent.observe(_synthetic(won))
+    stronger = incumbent_view("rewrite", "c6", 2.5, tf32.model_copy(update={"name": "s"}))
+    board = BoardSnapshot(incumbents=(*views, stronger), version=5)
+    nxt = agent.propose(agent_context(problem, board=board, incumbent=mine))
+    assert nxt is not None and nxt.parent_id == "c6"
+    assert nxt.tags == ("compiler", "default", "board")
     with pytest.raises(ValueError, match="'bases'"):
         CompilerAgent().restore({"bases": "c3"})
 

@@ -1,9 +1,10 @@
 """torch.compile of another agent's incumbent: the compiler agent's combination with the board.
 
 The compiler agent's own proposals compile the *reference* under one Inductor configuration
-each (``builtin.COMPILE_VARIANTS``). Once another agent holds a better Python-group
-incumbent on the board — a precision policy around the reference, a rewritten graph, a
-Triton kernel called from Python — compiling *that* combines both strategies in one
+each (``builtin.COMPILE_VARIANTS``). Once another agent holds a Python-group incumbent on
+the board that is faster than the base of the compiler's best compile (the reference, else
+the board base whose compile won) — a precision policy around the reference, a rewritten
+graph, a Triton kernel called from Python — compiling *that* combines both strategies in one
 candidate: Inductor fuses the elementwise work around bf16/TF32 GEMMs or rewritten library
 calls, which neither the policy nor the compiled reference does alone. The candidate is a
 wrapper (:func:`kernelarc.proposers.wrap.wrap_solution`) whose entry is
