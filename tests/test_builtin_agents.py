@@ -36,7 +36,12 @@ from kernelarc.orchestration.judge import results_of, score_of
 from kernelarc.problem.loader import Problem, load_problem
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.builtin import ReferenceAgent
-from kernelarc.proposers.compiler import COMPILE_VARIANTS, CompilerAgent, compiled_source
+from kernelarc.proposers.compiler import (
+    BASELINE,
+    COMPILE_VARIANTS,
+    CompilerAgent,
+    compiled_source,
+)
 from kernelarc.proposers.registry import available_agents, describe, make_agents
 from kernelarc.proposers.scripted import ScriptedAgent
 
@@ -170,7 +175,7 @@ def test_reference_candidate_passes_the_guard(problem: Problem, guard: Guard) ->
 def compiled_verdict(problem: Problem, guard: Guard) -> tuple[CompilerAgent, EvalResult]:
     agent = CompilerAgent()
     proposal = agent.propose(agent_context(problem))
-    assert proposal is not None and proposal.tags == ("compiler", "default")
+    assert proposal is not None and proposal.tags == ("compiler", "static")
     return agent, guard.evaluate(proposal.solution, _small(problem))
 
 
@@ -184,8 +189,8 @@ def test_compiler_concludes_from_the_real_verdict(compiled_verdict) -> None:
     agent, ev = compiled_verdict
     result = _result(ev, agent.name)
     conclusion = agent.observe(result)
-    assert conclusion.tags == ("compiler", "default")
-    assert conclusion.claim.startswith("torch.compile default settings:")
+    assert conclusion.tags == ("compiler", "static")
+    assert conclusion.claim.startswith("torch.compile dynamic=False fullgraph=False:")
     assert "_compiled" not in conclusion.claim and "def " not in conclusion.claim
     if result.passed:
         assert conclusion.outcome in ("no_gain", "regressed") and "over eager" in conclusion.claim
@@ -230,7 +235,7 @@ def test_compiler_compiles_a_better_board_incumbent_once(problem: Problem, guard
     assert first.solution.compiles_at_run_time()
     assert len(first.solution.sources) == 3, "the base's files and the compiling wrapper"
     again = agent.propose(agent_context(problem, board=board, incumbent=None))
-    assert again is not None and again.tags == ("compiler", "static"), "no base twice"
+    assert again is not None and again.tags == ("compiler", MAX_AUTOTUNE), "no base twice"
     ev = guard.evaluate(first.solution, _small(problem))
     statuses = [(o.status.value, o.log[:300]) for o in ev.outcomes]
     assert all(st == "PASSED" for st, _ in statuses), statuses
@@ -286,15 +291,15 @@ def test_compiler_rebases_a_stale_proposal_onto_a_better_board_incumbent(
     empty = agent_context(problem, board=BoardSnapshot(version=0), incumbent=None)
     board = BoardSnapshot(incumbents=views[:1], version=1)
     plain = agent.propose(empty)
-    assert plain is not None and plain.tags == ("compiler", "default") and plain.parent_id is None
+    assert plain is not None and plain.tags == ("compiler", "static") and plain.parent_id is None
     assert agent.rebase(plain, agent_context(problem, board=board, incumbent=None)) is None
     agent.observe(_synthetic([_wr("w1", 1, 0.9, 1.0)]))
     stale = agent.propose(empty)
-    assert stale is not None and stale.tags == ("compiler", "static")
+    assert stale is not None and stale.tags == ("compiler", MAX_AUTOTUNE)
     assert agent.rebase(stale, empty) is None  # nothing better on the board
     now = agent.rebase(stale, agent_context(problem, board=board, incumbent=None))
     assert now is not None and now.parent_id == "c3" and now.tags[-1] == "board"
-    assert agent.state()["tried"] == ["default"] and agent.state()["pending_base"] == "c3"
+    assert agent.state()["tried"] == ["static"] and agent.state()["pending_base"] == "c3"
     # The same base again, or a weaker one, is no reason to rebase a board proposal.
     assert agent.rebase(now, agent_context(problem, board=board, incumbent=None)) is None
     tf32 = views[0].solution
@@ -304,7 +309,7 @@ def test_compiler_rebases_a_stale_proposal_onto_a_better_board_incumbent(
     assert moved is not None and moved.parent_id == "c8"
     assert agent.state()["bases"] == ["c8"], "c3 may be compiled later"
     nxt = agent.propose(agent_context(problem, board=BoardSnapshot(version=2), incumbent=None))
-    assert nxt is not None and nxt.tags == ("compiler", "static"), "the configuration is back"
+    assert nxt is not None and nxt.tags == ("compiler", MAX_AUTOTUNE), "the configuration is back"
     draft = nxt.model_copy(update={"mode": "draft"})
     assert agent.rebase(draft, agent_context(problem, board=board2, incumbent=None)) is None
 
@@ -325,7 +330,7 @@ def test_compiler_walks_its_configurations_on_the_base_whose_compile_won(
     assert loser.propose(agent_context(problem, board=board, incumbent=None)).parent_id == "c3"
     loser.observe(_synthetic(won, improved=False))
     nxt = loser.propose(agent_context(problem, board=board, incumbent=None))
-    assert nxt is not None and nxt.tags == ("compiler", "static") and nxt.parent_id is None
+    assert nxt is not None and nxt.tags == ("compiler", MAX_AUTOTUNE) and nxt.parent_id is None
 
     agent = _after_plain(problem, board=board, incumbent=None)
     first = agent.propose(agent_context(problem, board=board, incumbent=None))
@@ -364,13 +369,17 @@ def test_compiler_walks_its_configurations_on_the_base_whose_compile_won(
 # ------------------------------------------------------------------------------ conclusions
 
 
+MAX_AUTOTUNE = "max-autotune-no-cudagraphs"
+"""The reference's configuration after the baseline's (static) in the compiler's walk."""
+
+
 def _after_plain(problem: Problem, **ctx: object) -> CompilerAgent:
     """A compiler agent whose first proposal, the reference's default compile (never
     displaced by a board base), was judged: not an improvement."""
     agent = CompilerAgent()
     plain = agent.propose(agent_context(problem, **ctx))
-    assert plain is not None and plain.tags == ("compiler", "default") and plain.mode == "refine"
-    assert "torch.compile(run)" in plain.solution.sources[0].content
+    assert plain is not None and plain.tags == ("compiler", "static") and plain.mode == "refine"
+    assert "torch.compile(run, dynamic=False, fullgraph=False)" in plain.solution.sources[0].content
     agent.observe(_synthetic([_wr("w1", 1, 0.9, 1.0)]))
     return agent
 
@@ -458,7 +467,7 @@ def test_must_draft_switches_family_and_links_to_the_board(problem: Problem) -> 
     )
     agent = CompilerAgent()
     first = agent.propose(agent_context(problem, board=board))
-    assert first is not None and first.tags == ("compiler", "default") and first.mode == "refine"
+    assert first is not None and first.tags == ("compiler", "static") and first.mode == "refine"
     draft = agent.propose(agent_context(problem, board=board, must_draft=True))
     assert draft is not None and draft.mode == "draft"
     assert draft.tags == ("compiler", "coordinate-descent")
@@ -467,7 +476,7 @@ def test_must_draft_switches_family_and_links_to_the_board(problem: Problem) -> 
     # Refining resumes after the drafted configuration; a second draft switches back.
     assert agent.propose(agent_context(problem)).tags == ("compiler", "epilogue-fusion")
     again = agent.propose(agent_context(problem, must_draft=True))
-    assert again is not None and again.tags == ("compiler", "static") and again.parent_id is None
+    assert again is not None and again.tags == ("compiler", "default") and again.parent_id is None
     rest = [p.tags[1] for p in _all_proposals(agent, problem)]
     assert rest == ["max-autotune-no-cudagraphs"]
 
@@ -526,8 +535,9 @@ def test_compiler_first_compiles_the_reference_whatever_the_board(problem: Probl
     ctx = agent_context(problem, board=board, incumbent=None)
     agent = CompilerAgent()
     plain = agent.propose(ctx)
-    assert plain is not None and plain.tags == ("compiler", "default")
-    assert compiled_source(problem.definition.reference, COMPILE_VARIANTS[0]) == (
+    assert plain is not None and plain.tags == ("compiler", BASELINE) == ("compiler", "static")
+    static = next(v for v in COMPILE_VARIANTS if v.name == "static")
+    assert compiled_source(problem.definition.reference, static) == (
         plain.solution.sources[0].content
     )
     assert agent.rebase(plain, ctx) is None

@@ -12,12 +12,13 @@ session 11: the default configuration of the reference was judged right after th
 configuration of an equivalent rewritten graph, and the shape-specialised one, which is
 what torch.compile's baseline does, was never reached).
 
-Its first proposal is always the reference under the default configuration — torch.compile's
-own baseline, the figure users compare against — and no better board incumbent displaces it
-(``rebase`` leaves it). FIB 002, H200, session 13: with board bases first, the agent never
-compiled the reference; every compile of the rewritten graph took 2.43-3.41 us on the 1-row
-workload where the compiled reference took 2.05 us, and the run's best read 0.77x of
-torch.compile on the two workloads compared.
+Its first proposal is always the reference compiled as torch.compile's baseline is
+(``BASELINE``: ``dynamic=False``, one graph per shape, as the guard's compiled reference and
+the shared H200 baselines compile it), the figure users compare against, and no better
+board incumbent displaces it (``rebase`` leaves it). FIB 002, H200, session 13: with board
+bases first, the agent never compiled the reference; every compile of the rewritten graph
+took 2.43-3.41 us on the 1-row workload where the compiled reference took 2.05 us, and the
+run's best read 0.77x of torch.compile on the two workloads compared.
 
 ``reduce-overhead`` replays Inductor's CUDA graphs, which write every call's outputs into the
 same buffers: the entry returns copies (``CompileVariant.fresh_outputs``), else the output of
@@ -148,6 +149,11 @@ COMPILE_VARIANTS: tuple[CompileVariant, ...] = (
 )
 
 
+BASELINE = "static"
+"""The configuration of torch.compile's baseline (the guard's compiled reference,
+``torch.compile(run, dynamic=False)``): the compiler's first proposal on the reference."""
+
+
 def compiled_source(reference: str, variant: CompileVariant) -> str:
     """The reference source followed by a ``torch.compile`` of its ``run`` and an entry."""
     args = variant.arguments()
@@ -213,7 +219,8 @@ class CompilerAgent(Agent, Rebasing):
         self._baseline_ms: dict[str, float] = {}
         self._classes = WorkloadClasses()
         self._plain = False
-        """The reference's default compile (torch.compile's own baseline) has been proposed."""
+        """The reference's compile in the baseline's configuration (``BASELINE``) has been
+        proposed."""
 
     def _usable(self, device: str) -> list[CompileVariant]:
         return [
@@ -296,11 +303,12 @@ class CompilerAgent(Agent, Rebasing):
         )
 
     def propose(self, context: AgentContext) -> Proposal | None:
-        plain_first = not self._plain and not self._tried and self._on is None
-        base = None if plain_first and not context.must_draft else self._board_base(context)
+        plain = not self._plain and not self._tried and self._on is None
+        plain = plain and not context.must_draft
+        base = None if plain else self._board_base(context)
         if base is not None:
             return self._propose_on(context, base)
-        variant = self._next(context)
+        variant = _variant_named(BASELINE) if plain else self._next(context)
         if variant is None:
             return None
         self._tried.append(variant.name)
@@ -312,7 +320,7 @@ class CompilerAgent(Agent, Rebasing):
         self._classes = WorkloadClasses.of(definition, context.workloads)
         self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
         self._pending = variant.name
-        self._plain = self._plain or variant is COMPILE_VARIANTS[0]
+        self._plain = self._plain or variant.name == BASELINE
         self._count += 1
         draft = context.must_draft
         parent = (
@@ -344,8 +352,8 @@ class CompilerAgent(Agent, Rebasing):
         reference, or a weaker base); the replaced configuration or base is tried later."""
         if self._pending is None or proposal.mode == "draft":
             return None
-        if self._pending_base is None and self._pending == COMPILE_VARIANTS[0].name:
-            return None  # the reference's default compile: torch.compile's baseline itself
+        if self._pending_base is None and self._pending == BASELINE:
+            return None  # the reference's compile as torch.compile's baseline, never displaced
         base = self._board_base(context)
         if base is None:
             return None
@@ -438,6 +446,7 @@ class CompilerAgent(Agent, Rebasing):
 
 
 __all__ = [
+    "BASELINE",
     "COMPILED_ENTRY",
     "COMPILE_VARIANTS",
     "CompileVariant",
