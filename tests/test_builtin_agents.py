@@ -507,22 +507,21 @@ def test_static_variant_compiles_every_shape(tmp_path: Path) -> None:
     assert out.stdout.split()[-1] == "10", out.stdout
 
 
-def test_board_compile_carries_the_setup(problem: Problem) -> None:
+def _board_compile_text(problem: Problem, variant_name: str) -> str:
+    """All sources of the compiler's board compile of the reference's solution under one
+    configuration."""
     from kernelarc.proposers.compile_board import compiled_base_solution
 
-    variant = next(v for v in COMPILE_VARIANTS if v.name == "static")
+    variant = next(v for v in COMPILE_VARIANTS if v.name == variant_name)
     base = ReferenceAgent().propose(agent_context(problem))
     assert base is not None
-    sol = compiled_base_solution(
-        base.solution,
-        problem.definition,
-        arguments=variant.arguments(),
-        setup=variant.setup(),
-        name="x",
-        what="a base",
-        label=variant.label(),
-    )
-    text = "\n".join(s.content for s in sol.sources)
+    sol = compiled_base_solution(base.solution, problem.definition, variant, name="x", what="a")
+    return "\n".join(s.content for s in sol.sources)
+
+
+def test_board_compile_carries_the_setup(problem: Problem) -> None:
+    variant = next(v for v in COMPILE_VARIANTS if v.name == "static")
+    text = _board_compile_text(problem, "static")
     assert variant.setup() in text
     assert text.index("recompile_limit") < text.index("torch.compile(_ka_base, dynamic=False")
 
@@ -555,8 +554,6 @@ def test_reduce_overhead_entry_returns_fresh_outputs(problem: Problem) -> None:
     """Inductor's CUDA graphs write each call's outputs into the same buffers; the
     reduce-overhead entry hands out copies, for a tensor and for a tuple. A stand-in for
     the compiled function (a named fake: no CUDA here) reuses one buffer like a graph."""
-    from kernelarc.proposers.compile_board import compiled_base_solution
-
     variant = next(v for v in COMPILE_VARIANTS if v.name == "reduce-overhead")
     assert variant.fresh_outputs and not COMPILE_VARIANTS[0].fresh_outputs
     buffer = torch.zeros(3)
@@ -577,18 +574,7 @@ def test_reduce_overhead_entry_returns_fresh_outputs(problem: Problem) -> None:
     assert torch.equal(out, torch.full((3,), 5.0)) and seven == 7
     src = compiled_source(problem.definition.reference, variant)
     assert "mode='reduce-overhead'" in src and "return out.clone()" in src
-    base = ReferenceAgent().propose(agent_context(problem))
-    assert base is not None
-    wrapped = compiled_base_solution(
-        base.solution,
-        problem.definition,
-        arguments=variant.arguments(),
-        entry=variant.entry("_ka_compiled"),
-        name="x",
-        what="a base",
-        label=variant.label(),
-    )
-    assert "out = _ka_compiled(*args)" in wrapped.sources[-1].content
+    assert "out = _ka_compiled(*args)" in _board_compile_text(problem, "reduce-overhead")
 
 
 def test_compiled_source_text(problem: Problem) -> None:

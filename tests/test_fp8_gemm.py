@@ -26,6 +26,7 @@ from kernelarc.agents.conformance import check_agent, make_context
 from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.problem.loader import Problem, load_problem
 from kernelarc.proposers.compile_board import compiled_base_solution, why_not_compilable
+from kernelarc.proposers.compiler import COMPILE_VARIANTS
 from kernelarc.proposers.fp8_gemm import Fp8GemmAgent, native_solution_source, why_not_applicable
 
 REFERENCE = """import enum
@@ -164,9 +165,8 @@ def _assert_the_guard_passes_it(problem: Problem, cfg: GuardConfig, compiled: bo
     if compiled:  # as the compiler agent compiles a board incumbent
         assert why_not_compilable(solution, problem.definition) is None
         solution = compiled_base_solution(
-            solution, problem.definition, arguments="", name="fp8-compiled", what="fp8",
-            label="default settings",
-        )  # fmt: skip
+            solution, problem.definition, COMPILE_VARIANTS[0], name="fp8-compiled", what="fp8"
+        )
     with Guard(problem, cfg) as guard:  # compiled: one workload (a compile per shape)
         res = guard.evaluate(solution, problem.workloads[:1] if compiled else None)
     assert res.all_passed, [t.evaluation and t.evaluation.log for t in res.traces]

@@ -72,8 +72,9 @@ def prewarm_inductor(*, probe: bool) -> Prewarm:
     it (a CUDA device), ``cpp.vec_isa_ok = False`` answers it without building or starting
     anything: CPU kernels Inductor generates inside a CUDA solution's graph are then scalar,
     GPU kernels are unchanged. On the H200 a compiled candidate's worker spent 47-62 s in
-    setup, its torch.compile calls ~4 s (docs/PERFORMANCE.md, session 12): this is the
-    step under suspicion, timed in ``load.prewarm`` / ``spare_prewarm``."""
+    setup with the check run this way, its torch.compile calls ~4 s (session 12); with early
+    spares prepared without it, 0.35-8.24 s (session 13, docs/PERFORMANCE.md). Timed in
+    ``load.prewarm`` / ``spare_prewarm``."""
     t0 = time.monotonic()
     notes: list[str] = []
     try:

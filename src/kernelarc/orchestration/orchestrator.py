@@ -32,7 +32,7 @@ from kernelarc.orchestration.resume import ORCHESTRATOR, restore
 from kernelarc.orchestration.rundir import RunDir
 from kernelarc.orchestration.schedule import (
     judging_order,
-    no_time_for,
+    retire_if_no_time,
     warn_if_full_too_slow,
 )
 from kernelarc.problem.loader import Problem
@@ -306,7 +306,7 @@ class Orchestrator:
                 self.event("duplicate", {"agent": name, "of": dup.id})
                 self._observe(name, cached, store_conclusion=False)
                 return None
-        if no_time_for(self, name, proposal):
+        if retire_if_no_time(self, name, proposal):
             return None
         record = self.store.add_candidate(
             CandidateRecord(

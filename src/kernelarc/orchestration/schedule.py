@@ -108,10 +108,11 @@ def expensive(orch: Orchestrator, name: str, proposal: Proposal) -> bool:
     return cost > EXPENSIVE_SHARE * orch.config.time_limit_s
 
 
-def no_time_for(orch: Orchestrator, name: str, proposal: Proposal) -> bool:
-    """Under a time limit, whether ``proposal`` is left unjudged because its screening is
-    expected (``expected_screen_s``) to take over ``NO_TIME_FACTOR`` times the time left;
-    its agent then retires, with the reason (it would propose the same kind again). On
+def retire_if_no_time(orch: Orchestrator, name: str, proposal: Proposal) -> bool:
+    """Under a time limit, when ``proposal``'s screening is expected (``expected_screen_s``)
+    to take over ``NO_TIME_FACTOR`` times the time left: retire its agent, with the reason
+    and an event (it would propose the same kind again), and return True (the proposal is
+    left unjudged). On
     the H200, FIB 002: a compiled candidate started 12 s before the limit, after three
     of its agent's screenings of 53-61 s, and the run ended 53 s past the limit."""
     if orch.config.time_limit_s is None:

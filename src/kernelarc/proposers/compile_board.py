@@ -22,8 +22,13 @@ Not covered: compiling C++-group bases.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kernelarc.problem.schema import Definition, Solution
 from kernelarc.proposers.wrap import python_sources, why_not_wrappable, wrap_solution
+
+if TYPE_CHECKING:
+    from kernelarc.proposers.compiler import CompileVariant
 
 #: Source markers of a solution that captures or replays CUDA graphs.
 GRAPH_MARKERS = ("CUDAGraph", "torch.cuda.graph", "make_graphed_callables")
@@ -35,7 +40,6 @@ import torch
 
 
 {entry}"""
-PLAIN_ENTRY = "def kernelarc_entry(*args):\n    return _ka_compiled(*args)\n"
 
 
 def why_not_compilable(solution: Solution, definition: Definition) -> str | None:
@@ -54,20 +58,11 @@ def why_not_compilable(solution: Solution, definition: Definition) -> str | None
 
 
 def compiled_base_solution(
-    base: Solution,
-    definition: Definition,
-    *,
-    arguments: str,
-    name: str,
-    what: str,
-    label: str,
-    setup: str = "",
-    entry: str = PLAIN_ENTRY,
+    base: Solution, definition: Definition, variant: CompileVariant, *, name: str, what: str
 ) -> Solution:
-    """``base`` wrapped in ``torch.compile(base_entry, arguments)`` (``arguments``: the
-    keyword text of an Inductor configuration, empty for the defaults; ``setup``: source
-    lines run before the compile call, see ``CompileVariant.setup``; ``entry``: the source
-    of ``kernelarc_entry`` calling ``_ka_compiled``, see ``CompileVariant.entry``)."""
+    """``base`` wrapped in ``torch.compile(base_entry, <variant's arguments>)``, after the
+    variant's setup lines, with the variant's entry (``CompileVariant.setup``/``entry``)."""
+    arguments, setup, label = variant.arguments(), variant.setup(), variant.label()
     return wrap_solution(
         base,
         definition,
@@ -77,11 +72,11 @@ def compiled_base_solution(
         body=_BODY.format(
             arguments=f", {arguments}" if arguments else "",
             setup=f"{setup}\n" if setup else "",
-            entry=entry,
+            entry=variant.entry("_ka_compiled"),
         ),
         stem="kernelarc_compiled",
         docstring=f"KernelArc compiler agent: torch.compile ({label}) of {what}.",
     )
 
 
-__all__ = ["GRAPH_MARKERS", "PLAIN_ENTRY", "compiled_base_solution", "why_not_compilable"]
+__all__ = ["GRAPH_MARKERS", "compiled_base_solution", "why_not_compilable"]

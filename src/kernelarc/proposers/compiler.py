@@ -282,12 +282,9 @@ class CompilerAgent(Agent, Rebasing):
         solution = compiled_base_solution(
             base.solution,
             definition,
-            arguments=variant.arguments(),
-            setup=variant.setup(),
-            entry=variant.entry("_ka_compiled"),
+            variant,
             name=f"{definition.name}-compiler-{variant.name}-on-{base.agent}-{self._count}",
             what=what,
-            label=variant.label(),
         )
         why = (
             "Inductor fuses the work around what that strategy changed, which neither does alone"
