@@ -279,6 +279,30 @@ def test_compiler_compares_bases_with_bases(problem: Problem) -> None:
         CompilerAgent().restore({"bases": "c3"})
 
 
+def test_compiler_compiles_a_former_incumbent_the_current_one_hides(problem: Problem) -> None:
+    """When an agent's new incumbent cannot be compiled (a policy around a CUDA graph), its
+    former one (the policy around the reference) is still a base: L1 017, H200, session 14,
+    where the compiler compiled a weaker rewritten graph instead."""
+    from kernelarc.proposers.precision import policy_named, policy_solution
+
+    views = _board_views(problem)  # precision 2.0 (c3), cuda-graph 3.0, reference 5.0
+    graph = views[1].solution
+    around = policy_solution(graph, problem.definition, policy_named("tf32"), name="pg", what="g")
+    on_graph = incumbent_view("precision", "c8", 3.5, around)
+    weaker = incumbent_view(
+        "rewrite", "c4", 1.5, views[0].solution.model_copy(update={"name": "w"})
+    )
+    board = BoardSnapshot(incumbents=(on_graph, views[1], weaker), version=4, former=(views[0],))
+    agent = _after_plain(problem, board=board, incumbent=None)
+    proposal = agent.propose(agent_context(problem, board=board, incumbent=None))
+    assert proposal is not None and proposal.parent_id == "c3", proposal
+    assert proposal.tags == ("compiler", "default", "board")
+    without = BoardSnapshot(incumbents=board.incumbents, version=4)
+    other = _after_plain(problem, board=without, incumbent=None)
+    fallback = other.propose(agent_context(problem, board=without, incumbent=None))
+    assert fallback is not None and fallback.parent_id == "c4", "only the current: rewrite's"
+
+
 def test_compiler_rebases_a_stale_proposal_onto_a_better_board_incumbent(
     problem: Problem,
 ) -> None:

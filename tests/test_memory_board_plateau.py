@@ -344,6 +344,33 @@ def test_board_update_snapshot_version() -> None:
     assert [v.agent for v in snap.others("a1")] == ["a2"]
 
 
+def test_board_keeps_each_agents_last_replaced_incumbents() -> None:
+    """A replaced incumbent moves to ``former`` (newest first), at most
+    ``Board.FORMER_PER_AGENT`` per agent; re-writing the same candidate moves nothing;
+    ``others(agent, former=True)`` adds other agents' former entries after the current."""
+    board = Board()
+    for score in (1.1, 1.2, 1.3, 1.4, 1.5):
+        board.update(view("a1", "precision", score), owner="a1")
+    board.update(view("a2", "graph", 2.0), owner="a2")
+    board.update(view("a2", "graph", 2.0), owner="a2")  # the same candidate again
+    board.update(view("a2", "graph", 2.5), owner="a2")
+    snap = board.snapshot()
+    keep = Board.FORMER_PER_AGENT
+    assert keep == 3
+    assert [(v.agent, v.score) for v in snap.former] == [
+        ("a2", 2.0),
+        ("a1", 1.4),
+        ("a1", 1.3),
+        ("a1", 1.2),
+    ]
+    assert [(v.agent, v.score) for v in snap.incumbents] == [("a1", 1.5), ("a2", 2.5)]
+    assert [v.score for v in snap.others("a2")] == [1.5]
+    assert [v.score for v in snap.others("a2", former=True)] == [1.5, 1.4, 1.3, 1.2]
+    assert snap.best() is not None and snap.best().score == 2.5  # type: ignore[union-attr]
+    snap.former[0].latencies_ms.clear()
+    assert board.snapshot().former[0].latencies_ms == {"w0": 1.0 / 2.0, "w1": 2.0 / 2.0}
+
+
 def test_board_owner_only() -> None:
     board = Board()
     board.update(view("a1", "triton", 1.5), owner="a1")

@@ -831,6 +831,34 @@ def test_resume_after_a_refused_conclusion(guard: Guard, problem: Problem, tmp_p
     assert again.summary["evaluated"] == 2, again.describe()
 
 
+def test_resume_rebuilds_the_boards_former_incumbents(
+    guard: Guard, problem: Problem, tmp_path: Path
+) -> None:
+    """An agent's replaced incumbent is still on the board after a resume: rebuilt from the
+    store's ``incumbent`` events, candidates and evaluations (a real run, its SQLite file)."""
+    from types import SimpleNamespace
+
+    from kernelarc.agents.board import Board
+    from kernelarc.orchestration.resume import _rebuild_board
+
+    steps = [rms("fi_slow", slow="True", sleep_s=0.005), rms("fi_fast")]
+    run = search(guard, problem, tmp_path, [ScriptedAgent(steps, name="A")], budget=2)
+    promoted = [p["candidate"] for p in run.payloads("incumbent")]
+    assert len(promoted) == 2, run.describe()
+    store = SQLiteStore(tmp_path / "store.sqlite")
+    try:
+        board = Board()
+        _rebuild_board(SimpleNamespace(store=store, agents={"A": None}, board=board))  # type: ignore[arg-type]
+    finally:
+        store.close()
+    snap = board.snapshot()
+    assert [v.candidate_id for v in snap.incumbents] == promoted[1:], run.describe()
+    assert [v.candidate_id for v in snap.former] == promoted[:1], run.describe()
+    [first] = [c for c in run.candidates if c.id == promoted[0]]
+    assert snap.former[0].solution == first.solution
+    assert snap.former[0].score > 0 and len(snap.former[0].latencies_ms) == len(problem.workloads)
+
+
 # ---------------------------------------------------------------- 8. resume after SIGKILL
 
 

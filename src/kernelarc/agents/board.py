@@ -1,8 +1,15 @@
 """The board: every agent's incumbent, readable by all, writable only by its owner.
 
 Covered: the orchestrator-side owner of the cross-agent state (:class:`Board`): replacing an
-agent's incumbent (only that agent's own, enforced by :meth:`Board.update`), and handing out
-immutable, versioned snapshots (:class:`~kernelarc.agents.types.BoardSnapshot`).
+agent's incumbent (only that agent's own, enforced by :meth:`Board.update`), keeping the
+last few incumbents each agent replaced (``former``), and handing out immutable, versioned
+snapshots (:class:`~kernelarc.agents.types.BoardSnapshot`).
+
+Why former incumbents: an agent's newer incumbent may be one others cannot build on. L1 017,
+H200, session 14: precision's bf16 policy around the reference (1.81x) was replaced by bf16
+around the CUDA graph of the board's best (2.60x); a CUDA graph cannot be compiled, so the
+compiler found only rewrite's 1.15x graph to compile, where session 13 had compiled the
+policy itself (4.97x).
 
 Not covered: deciding *whether* a candidate becomes an incumbent (the guard's noise-aware
 rule does, the orchestrator applies it), persisting incumbents (the run store does; a
@@ -23,8 +30,13 @@ from kernelarc.agents.types import BoardSnapshot, IncumbentView
 class Board:
     """All incumbents of a run, one per agent, in the order agents first appeared."""
 
+    FORMER_PER_AGENT = 3
+    """Replaced incumbents kept per agent (the oldest beyond that are dropped)."""
+
     def __init__(self) -> None:
         self._incumbents: dict[str, IncumbentView] = {}
+        self._former: list[IncumbentView] = []
+        """Replaced incumbents, newest first."""
         self._version = 0
 
     @property
@@ -51,6 +63,12 @@ class Board:
                 f"agent {owner!r} cannot replace the incumbent of agent {view.agent!r}: "
                 "each agent writes only its own board entry"
             )
+        old = self._incumbents.get(view.agent)
+        if old is not None and old.candidate_id != view.candidate_id:
+            self._former.insert(0, old)
+            mine = [i for i, v in enumerate(self._former) if v.agent == view.agent]
+            for i in reversed(mine[self.FORMER_PER_AGENT :]):
+                del self._former[i]
         self._incumbents[view.agent] = view.model_copy(deep=True)
         self._version += 1
 
@@ -69,4 +87,5 @@ class Board:
         return BoardSnapshot(
             incumbents=tuple(v.model_copy(deep=True) for v in self._incumbents.values()),
             version=self._version,
+            former=tuple(v.model_copy(deep=True) for v in self._former),
         )

@@ -110,12 +110,18 @@ class BoardSnapshot(_Frozen):
 
     incumbents: tuple[IncumbentView, ...] = ()
     version: int = 0
+    former: tuple[IncumbentView, ...] = ()
+    """Incumbents their own agent has since replaced, newest first (a few per agent): a
+    policy around the reference stays a base for others after its agent moved on to a
+    better candidate that others cannot build on (``Board.FORMER_PER_AGENT``)."""
 
     def best(self) -> IncumbentView | None:
         return max(self.incumbents, key=lambda i: i.score, default=None)
 
-    def others(self, agent: str) -> tuple[IncumbentView, ...]:
-        return tuple(i for i in self.incumbents if i.agent != agent)
+    def others(self, agent: str, *, former: bool = False) -> tuple[IncumbentView, ...]:
+        """Other agents' incumbents, then (``former``) their former incumbents."""
+        views = self.incumbents + (self.former if former else ())
+        return tuple(i for i in views if i.agent != agent)
 
 
 class AgentContext(_Frozen):

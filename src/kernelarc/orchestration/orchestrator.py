@@ -19,7 +19,6 @@ from kernelarc.agents.types import (
     AgentContext,
     CandidateResult,
     Conclusion,
-    IncumbentView,
     Proposal,
     WorkloadResult,
 )
@@ -28,7 +27,7 @@ from kernelarc.orchestration.config import RunConfig
 from kernelarc.orchestration.executor import Executor, LocalExecutor
 from kernelarc.orchestration.interrupts import DeferredInterrupt
 from kernelarc.orchestration.judge import Judge, significant, summarize_stages
-from kernelarc.orchestration.resume import ORCHESTRATOR, restore
+from kernelarc.orchestration.resume import ORCHESTRATOR, incumbent_view, restore
 from kernelarc.orchestration.rundir import RunDir
 from kernelarc.orchestration.schedule import (
     judging_order,
@@ -389,14 +388,7 @@ class Orchestrator:
         per: dict[str, tuple[WorkloadResult, ...]],
         final: CandidateResult,
     ) -> None:
-        view = IncumbentView(
-            agent=record.agent,
-            strategy=record.strategy,
-            candidate_id=record.id,
-            score=final.score or 0.0,
-            latencies_ms={r.uuid: r.latency_ms or 0.0 for r in final.per_workload},
-            solution=record.solution,
-        )
+        view = incumbent_view(record, final)
         self.board.update(view, owner=record.agent)
         self.store.set_incumbent(view)
         self.results[record.agent] = dict(per)

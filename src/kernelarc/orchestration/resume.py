@@ -1,5 +1,6 @@
 """Resuming a run from its store: the stored configuration checked against this one, the
-agents' and the plateau's saved state, the board and the shared memory rebuilt, the budget
+agents' and the plateau's saved state, the board (with the incumbents agents had replaced,
+replayed from the run's ``incumbent`` events) and the shared memory rebuilt, the budget
 already spent counted; candidates judged but not yet told to their agent are told, and
 candidates that were in flight when the run died are judged again (nothing else is lost).
 """
@@ -9,13 +10,44 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernelarc.store.base import StoreError
+from kernelarc.agents.types import CandidateResult, IncumbentView
+from kernelarc.store.base import CandidateRecord, StoreError
 
 if TYPE_CHECKING:
     from kernelarc.orchestration.orchestrator import Orchestrator
 
 ORCHESTRATOR = "__orchestrator__"
 """The store key of the orchestrator's own state (plateau counters)."""
+
+
+def incumbent_view(record: CandidateRecord, final: CandidateResult) -> IncumbentView:
+    """The board entry of ``record`` judged ``final`` (its last stage)."""
+    return IncumbentView(
+        agent=record.agent,
+        strategy=record.strategy,
+        candidate_id=record.id,
+        score=final.score or 0.0,
+        latencies_ms={r.uuid: r.latency_ms or 0.0 for r in final.per_workload},
+        solution=record.solution,
+    )
+
+
+def _rebuild_board(orch: Orchestrator) -> None:
+    """Every agent's replaced incumbents in the order they were promoted, then the current
+    ones as stored: the board's ``former`` entries survive a resume."""
+    current = orch.store.incumbents()
+    records = {r.id: r for r in orch.store.candidates()}
+    for ev in orch.store.events("incumbent"):
+        agent, cid = ev.payload.get("agent"), ev.payload.get("candidate")
+        record = records.get(str(cid))
+        if record is None or agent not in orch.agents or agent not in current:
+            continue
+        evals = orch.store.evaluations(record.id)
+        if current[agent].candidate_id != record.id and evals:
+            orch.board.update(incumbent_view(record, evals[-1].result), owner=record.agent)
+    for view in current.values():
+        if view.agent in orch.agents:
+            orch.board.update(view, owner=view.agent)
 
 
 def restore(orch: Orchestrator) -> None:
@@ -38,9 +70,7 @@ def restore(orch: Orchestrator) -> None:
             agent.restore(dict(states[name].get("agent") or {}))
     if states.get(ORCHESTRATOR, {}).get("plateau"):
         orch.plateau.restore(dict(states[ORCHESTRATOR]["plateau"]))
-    for view in orch.store.incumbents().values():
-        if view.agent in orch.agents:
-            orch.board.update(view, owner=view.agent)
+    _rebuild_board(orch)
     concluded = set()
     for c in orch.store.conclusions():
         concluded.add(c.candidate_id)

@@ -246,13 +246,16 @@ class CompilerAgent(Agent, Rebasing):
         better (uncompiled) than the base of this agent's best compile: the board base whose
         compile won, else the reference (1.0x). Bases are compared with bases: a compiled
         result is no floor for an uncompiled base, since compiling the base combines both
-        (L1 017, H200: a 1.68x bf16 policy read 4.97x compiled)."""
+        (L1 017, H200: a 1.68x bf16 policy read 4.97x compiled). Former incumbents count:
+        an agent's newer incumbent may not be compilable where its older one was (L1 017,
+        session 14: bf16 around a CUDA graph replaced the plain bf16 policy)."""
         from kernelarc.proposers.compile_board import why_not_compilable
 
         if context.board is None or context.must_draft:
             return None
         floor = self._on.score if self._on is not None else 1.0
-        for view in sorted(context.board.others(self.name), key=lambda v: -v.score):
+        views = context.board.others(self.name, former=True)
+        for view in sorted(views, key=lambda v: -v.score):
             if view.score <= floor:
                 return None
             if view.candidate_id not in self._bases and (
@@ -354,7 +357,7 @@ class CompilerAgent(Agent, Rebasing):
         base = self._board_base(context)
         if base is None:
             return None
-        views = context.board.incumbents if context.board else ()
+        views = context.board.others(self.name, former=True) if context.board else ()
         pending = [v.score for v in views if v.candidate_id == self._pending_base]
         if pending and base.score <= pending[0]:  # the pending base is still the better one
             return None
