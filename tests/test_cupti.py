@@ -141,6 +141,24 @@ def test_call_log_brackets_each_call() -> None:
     assert max(short) < min(long)  # side-stream work counts for its own call only
 
 
+@pytest.mark.gpu
+@gpu
+def test_call_log_peek_reads_the_calls_so_far_and_keeps_them() -> None:
+    from kernelarc.guard.cupti import CallLog
+
+    x = torch.randn(1 << 20, device="cuda")
+    with CallLog() as log:
+        for i in range(5):
+            log.begin()
+            x.mul_(1.0)
+            torch.cuda.synchronize()
+            log.end()
+            if i == 2:
+                early = log.peek()
+    assert len(early) == 3 and all(s is not None for s in early)
+    assert len(log.spans_ms) == 5 and log.spans_ms[:3] == early
+
+
 def test_call_log_partitions_records_between_markers() -> None:
     """The partition itself, on constructed records (no GPU): a call's records are those
     whose correlation id lies between its two markers (stream 7 here), whatever stream or

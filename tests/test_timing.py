@@ -16,6 +16,8 @@ from kernelarc.guard.timing import (
     Flusher,
     TimingResult,
     _check_escape,
+    _Extend,
+    _Loop,
     placed,
     placed_elems,
     shifted_copy,
@@ -58,6 +60,42 @@ def test_extension_needs_warmup_and_a_higher_cap() -> None:
 def test_slow_enough_calls_are_not_extended() -> None:
     res, _ = _run(warmup=2, iterations=5, min_timed_ms=1e-9, max_iterations=100)
     assert res.calls == 7
+
+
+class FakeCallLog:
+    """Stands in for kernelarc.guard.cupti.CallLog, which needs CUDA and CUPTI: counts the
+    calls begun and answers ``peek`` with fixed spans."""
+
+    def __init__(self, spans: list[float | None]) -> None:
+        self.spans, self.begun, self.peeked_after = spans, 0, -1
+
+    def begin(self) -> None:
+        self.begun += 1
+
+    def peek(self) -> list[float | None]:
+        self.peeked_after = self.begun
+        return self.spans
+
+
+def test_the_timed_call_count_comes_from_the_logs_spans_not_the_event_times() -> None:
+    """Under CUPTI the samples are kernel spans; event times also hold launch gaps. A 2 µs
+    kernel whose events read 50 µs must get the calls its spans ask for."""
+    extend = _Extend(iterations=100, min_timed_ms=1.0, max_iterations=1000)
+    loop = _Loop(lambda i: None, lambda i: None, torch.device("cpu"), lambda: None)
+    events = [0.05] * 8
+    assert extend.count(loop._warm_estimate(events)) == 100  # 1 ms / 50 µs = 20 < 100
+    loop.log = FakeCallLog([0.002] * 7 + [None])
+    assert extend.count(loop._warm_estimate(events)) == 500  # 1 ms / 2 µs
+    loop.log = FakeCallLog([None] * 8)  # nothing recorded: the event times
+    assert loop._warm_estimate(events) == events
+
+
+def test_the_log_is_read_one_warm_up_call_early() -> None:
+    """The peek's flush delays the next call, so one warm-up call follows it."""
+    log = FakeCallLog([1.0])
+    loop = _Loop(lambda i: None, lambda i: None, torch.device("cpu"), lambda: None, log=log)
+    loop.run(5, _Extend(iterations=3, min_timed_ms=0.0, max_iterations=0))
+    assert log.peeked_after == 4 and loop.calls == 8 and len(loop.samples) == 3
 
 
 def test_escape_rule() -> None:

@@ -336,6 +336,17 @@ class CallLog:
         self._mark()
         self._n += 1
 
+    def peek(self) -> list[float | None]:
+        """Spans of the calls bracketed so far, read mid-session: synchronises the device
+        and force-flushes CUPTI once. The flush makes CUPTI allocate a fresh buffer at the
+        next record, which delays the next call (see the class docstring), so the caller
+        runs one untimed call after a peek."""
+        import torch
+
+        torch.cuda.synchronize()
+        _load().activity_flush_all(_FLUSH_FORCED)
+        return self._partition(list(self._span._records))
+
     def __exit__(self, *exc: object) -> None:
         stack, self._stack = self._stack, None
         stack.__exit__(*exc)  # synchronises, flushes every record, disables CUPTI

@@ -302,8 +302,9 @@ class _Extend:
 @dataclass
 class _Loop:
     """The calls themselves. With a CUPTI :class:`~kernelarc.guard.cupti.CallLog` the
-    samples are filled in afterwards from its spans; ``walls`` are then the caller-stream
-    event times (the warm-up estimate and the escape check use them)."""
+    samples are filled in afterwards from its spans (the warm-up's are read when it ends,
+    for the timed-call count); ``walls`` are then the caller-stream event times (the escape
+    check uses them)."""
 
     call: Callable[[int], Any]
     before: Callable[[int], None]
@@ -324,6 +325,9 @@ class _Loop:
         end = torch.cuda.Event(enable_timing=True) if cuda else None
         warm: list[float] = []
         total = warmup + extend.iterations
+        # With a call log the estimate is read one call early: the peek's flush delays the
+        # next call, which must then be a warm-up call.
+        last_warm = warmup - 2 if self.log is not None and warmup >= 2 else warmup - 1
         i = 0
         while i < total:
             self.before(i)
@@ -364,10 +368,21 @@ class _Loop:
                 self.walls.append(wall)
             else:
                 warm.append(ms)
-                if i == warmup - 1:
-                    total = warmup + extend.count(warm)
+                if i == last_warm:
+                    total = warmup + extend.count(self._warm_estimate(warm))
             i += 1
         self.calls = total
+
+    def _warm_estimate(self, warm: list[float]) -> list[float]:
+        """The warm-up times the timed-call count is estimated from. With a call log these
+        are its CUPTI spans, the quantity the samples will hold: the caller-stream event
+        times also hold the host's launch gaps (tens of microseconds around a kernel of
+        two), which made tiny kernels get a tenth of the calls ``min_timed_ms`` asks for.
+        The event times where the log recorded no span."""
+        if self.log is None:
+            return warm
+        spans = [ms for ms in self.log.peek() if ms is not None]
+        return spans if spans else warm
 
 
 def _check_escape(
