@@ -835,27 +835,23 @@ def test_resume_rebuilds_the_boards_former_incumbents(
     guard: Guard, problem: Problem, tmp_path: Path
 ) -> None:
     """An agent's replaced incumbent is still on the board after a resume: rebuilt from the
-    store's ``incumbent`` events, candidates and evaluations (a real run, its SQLite file)."""
-    from types import SimpleNamespace
-
-    from kernelarc.agents.board import Board
-    from kernelarc.orchestration.resume import _rebuild_board
-
-    steps = [rms("fi_slow", slow="True", sleep_s=0.005), rms("fi_fast")]
-    run = search(guard, problem, tmp_path, [ScriptedAgent(steps, name="A")], budget=2)
-    promoted = [p["candidate"] for p in run.payloads("incumbent")]
-    assert len(promoted) == 2, run.describe()
-    store = SQLiteStore(tmp_path / "store.sqlite")
-    try:
-        board = Board()
-        _rebuild_board(SimpleNamespace(store=store, agents={"A": None}, board=board))  # type: ignore[arg-type]
-    finally:
-        store.close()
-    snap = board.snapshot()
-    assert [v.candidate_id for v in snap.incumbents] == promoted[1:], run.describe()
-    assert [v.candidate_id for v in snap.former] == promoted[:1], run.describe()
-    [first] = [c for c in run.candidates if c.id == promoted[0]]
-    assert snap.former[0].solution == first.solution
+    store's ``incumbent`` events, candidates and evaluations. Two real runs of one
+    configuration in one run directory (its SQLite file); the first has two steps only, so
+    it ends early, and the second resumes it and asks for the third."""
+    steps = [rms("fi_slow", slow="True", sleep_s=0.005), rms("fi_fast"), *fails("fi_f", 1)]
+    first = search(guard, problem, tmp_path, [ScriptedAgent(steps[:2], name="A")], budget=3)
+    promoted = [p["candidate"] for p in first.payloads("incumbent")]
+    assert len(promoted) == 2, first.describe()
+    agent = ScriptedAgent(steps, name="A")
+    again = search(guard, problem, tmp_path, [agent], budget=3)
+    assert again.payloads("resumed"), again.describe()
+    assert [c.solution.name for c in again.candidates][-1] == "rms_fi_f0", again.describe()
+    snap = agent.contexts[-1].board
+    assert snap is not None, again.describe()
+    assert [v.candidate_id for v in snap.incumbents] == promoted[1:], again.describe()
+    assert [v.candidate_id for v in snap.former] == promoted[:1], again.describe()
+    [replaced] = [c for c in first.candidates if c.id == promoted[0]]
+    assert snap.former[0].solution == replaced.solution
     assert snap.former[0].score > 0 and len(snap.former[0].latencies_ms) == len(problem.workloads)
 
 

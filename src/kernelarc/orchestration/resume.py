@@ -32,11 +32,11 @@ def incumbent_view(record: CandidateRecord, final: CandidateResult) -> Incumbent
     )
 
 
-def _rebuild_board(orch: Orchestrator) -> None:
+def _rebuild_board(orch: Orchestrator, candidates: list[CandidateRecord]) -> None:
     """Every agent's replaced incumbents in the order they were promoted, then the current
     ones as stored: the board's ``former`` entries survive a resume."""
     current = orch.store.incumbents()
-    records = {r.id: r for r in orch.store.candidates()}
+    records = {r.id: r for r in candidates}
     for ev in orch.store.events("incumbent"):
         agent, cid = ev.payload.get("agent"), ev.payload.get("candidate")
         record = records.get(str(cid))
@@ -70,13 +70,14 @@ def restore(orch: Orchestrator) -> None:
             agent.restore(dict(states[name].get("agent") or {}))
     if states.get(ORCHESTRATOR, {}).get("plateau"):
         orch.plateau.restore(dict(states[ORCHESTRATOR]["plateau"]))
-    _rebuild_board(orch)
+    candidates = list(orch.store.candidates())
+    _rebuild_board(orch, candidates)
     concluded = set()
     for c in orch.store.conclusions():
         concluded.add(c.candidate_id)
         orch._remember(c)
     pending, untold = [], []
-    for rec in orch.store.candidates():
+    for rec in candidates:
         if rec.agent not in orch.agents:  # the composer's candidates cost no budget
             continue
         evals = orch.store.evaluations(rec.id)
