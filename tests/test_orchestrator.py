@@ -309,7 +309,8 @@ def test_under_a_time_limit_building_on_another_agents_best_goes_first(
     """Two proposals ready together, both cheap: B's (priority 0) has the board's best (C's
     incumbent) as its parent, A's (priority 10) its own line. Under a time limit B's goes
     first; with A's parent the best instead, or with B's parent its own incumbent, or with
-    no time limit, priority decides again. Deferral still comes first."""
+    no time limit, priority decides again. An expensive proposal (it compiles at run time)
+    is deferred behind cheap ones, unless it builds on that best."""
     from concurrent.futures import Future
 
     from _shared import incumbent_view
@@ -324,19 +325,26 @@ def test_under_a_time_limit_building_on_another_agents_best_goes_first(
         orch.board.update(incumbent_view("B", "b-own", 2.0, rms("bo")), owner="B")
         assert orch.board.best() == ("C", "c-best")
 
-        def ready(parent: str | None) -> Future[Any]:
+        compiled = rms("xc")
+        compiled.sources[0].content += "\n# torch.compile(run) would go here\n"
+
+        def ready(parent: str | None, solution: Solution | None = None) -> Future[Any]:
             fut: Future[Any] = Future()
-            fut.set_result(Proposal(solution=rms("x"), hypothesis="h", parent_id=parent))
+            sol = solution or rms("x")
+            fut.set_result(Proposal(solution=sol, hypothesis="h", parent_id=parent))
             return fut
 
-        def first(a_parent: str | None, b_parent: str | None) -> str:
+        def first(a_parent: str | None, b_parent: str | None, b_compiles: bool = False) -> str:
+            b_sol = compiled if b_compiles else None
             keys = {
-                n: judging_order(orch, n, ready(p), 0.0)
-                for n, p in (("A", a_parent), ("B", b_parent))
+                "A": judging_order(orch, "A", ready(a_parent), 0.0),
+                "B": judging_order(orch, "B", ready(b_parent, b_sol), 0.0),
             }
             return min(keys, key=lambda n: keys[n])
 
         assert first(None, "c-best") == "B"
+        assert first(None, "c-best", b_compiles=True) == "B", "on the best: not deferred"
+        assert first(None, None, b_compiles=True) == "A", "expensive and not on the best"
         assert first("c-best", None) == "A"
         assert first(None, "b-own") == "A"  # B's own line: priority decides
         orch.board.update(incumbent_view("B", "b-own", 4.0, rms("bo")), owner="B")

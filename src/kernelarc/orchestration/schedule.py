@@ -40,7 +40,11 @@ def judging_order(
     next configuration, 62 s, went before the CUDA graph of its new best incumbent,
     whose small workloads sat at a ~0.2 ms launch floor, and the time ran out). Then
     agents take turns (fewest candidates judged first), then priority, then who was
-    ready first. A failed or empty proposal costs nothing."""
+    ready first. A proposal built on that best is not deferred: it is the likeliest win,
+    and each cheap one judged before it eats the time its full evaluation needs (H200,
+    L2 002: the compile of the best policy waited behind two cheap candidates and a CUDA
+    graph, and the limit cut its full evaluation at 5.21x against the winner's 4.19x).
+    A failed or empty proposal costs nothing."""
     proposal = fut.result() if fut.exception() is None else None
     priority = orch.agents[name].priority
     if isinstance(proposal, Proposal) and proposal.priority is not None:
@@ -49,8 +53,6 @@ def judging_order(
     limit = orch.config.time_limit_s
     if limit is None:
         return (-priority, index)
-    slow = isinstance(proposal, Proposal) and expensive(orch, name, proposal)
-    deferred = slow and orch.told_s - ready_at < DEFER_SHARE * limit
     best = orch.board.best() if orch.config.board else None
     on_best = (
         isinstance(proposal, Proposal)
@@ -58,6 +60,8 @@ def judging_order(
         and best[0] != name
         and proposal.parent_id == best[1]
     )
+    slow = isinstance(proposal, Proposal) and expensive(orch, name, proposal)
+    deferred = slow and not on_best and orch.told_s - ready_at < DEFER_SHARE * limit
     return (deferred, not on_best, orch.per_agent.get(name, 0), -priority, ready_at, index)
 
 
