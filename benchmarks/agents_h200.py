@@ -148,10 +148,15 @@ def best_results(run_dir: Path) -> dict[str, Any]:
     cand = store.candidate(cid)
     agents = [(c.agent, c.id) for c in store.candidates()]
     per = full[-1].result.per_workload if full else ()
+    # a confirmation (the chosen candidate judged again in a new process) names its parent
+    confirms = events[-1].payload.get("confirms")
+    origin = store.candidate(str(confirms)) if confirms else cand
     return {
         "candidate": cid,
-        "agent": cand.agent if cand else None,
-        "parents": cand.parent_id if cand else None,
+        "agent": origin.agent if origin else None,
+        "confirms": confirms,
+        "confirmations": [e.payload for e in store.events("confirmation")],
+        "parents": origin.parent_id if origin else None,
         "description": cand.solution.description if cand else "",
         "per_workload": [
             {

@@ -33,6 +33,8 @@ _SHOWN = {
     "compose_skipped",
     "fallback",
     "fallback_skipped",
+    "confirmation",
+    "confirmation_skipped",
     "best",
     "agent_retired",
     "propose_error",
@@ -97,6 +99,14 @@ def optimize_command(
             help="return the best candidate even when the reference itself is faster",
         ),
     ] = False,
+    no_confirm: Annotated[
+        bool,
+        typer.Option(
+            "--no-confirm",
+            help="hand over the best candidate as the search measured it, without judging it "
+            "again in a new process with empty JIT caches",
+        ),
+    ] = False,
     seed_solution: Annotated[
         list[Path] | None,
         typer.Option(
@@ -133,6 +143,7 @@ def optimize_command(
             seed_solutions=seed_solution or [],
             reference_fallback=not no_reference_fallback,
             compile_workers=compile_workers,
+            confirm=not no_confirm,
         )
     except KernelArcError as e:
         err.print(f"[red]error:[/] {escape(str(e))}")
@@ -167,6 +178,7 @@ def _optimize(
     seed_solutions: list[Path] | None = None,
     reference_fallback: bool = True,
     compile_workers: int = 0,
+    confirm: bool = True,
 ) -> dict[str, Any]:
     from pydantic import ValidationError
 
@@ -215,6 +227,7 @@ def _optimize(
             memory_file=str(memory) if memory else None,
             full=StageConfig(rounds=10, warmup=full_warmup, iterations=full_iterations),
             reference_fallback=reference_fallback,
+            confirm=confirm,
         )
     except ValidationError as e:
         raise KernelArcError(f"bad options: {e}") from None

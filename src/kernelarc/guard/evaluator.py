@@ -217,8 +217,8 @@ class Guard:
         return ok
 
     # ------------------------------------------------------------------ workers
-    def _env(self, role: str) -> dict[str, str]:
-        cache = self._ref_cache if role == "reference" else self.cache
+    def _env(self, role: str, jit_cache: Path | None = None) -> dict[str, str]:
+        cache = self._ref_cache if role == "reference" else (jit_cache or self.cache)
         extra = {
             "TRITON_CACHE_DIR": str(cache / "triton"),
             "TORCH_EXTENSIONS_DIR": str(self.cache / "torch_extensions"),
@@ -229,14 +229,14 @@ class Guard:
             extra["TRITON_INTERPRET"] = "1"
         return scrubbed_environment(extra)
 
-    def _new_worker(self, role: str) -> WorkerProcess:
+    def _new_worker(self, role: str, jit_cache: Path | None = None) -> WorkerProcess:
         self._workers += 1
         n = self._workers
         (self.tmp / "scratch").mkdir(exist_ok=True)
         return WorkerProcess(
             role,
             isolation=self._isolation_of(role),
-            env=self._env(role),
+            env=self._env(role, jit_cache),
             log_path=self.tmp / f"{role}-{n}.log",
             cwd=self.tmp / f"{role}-{n}",
             prewarm=self.device.split(":")[0]
@@ -282,8 +282,15 @@ class Guard:
         self._ref = ref
         return ref
 
-    def candidate_worker(self) -> WorkerProcess:
-        """A started candidate worker (the warm spare when there is one)."""
+    def candidate_worker(self, fresh_jit: bool = False) -> WorkerProcess:
+        """A started candidate worker (the warm spare when there is one). ``fresh_jit``: a
+        new worker whose Triton and Inductor caches start empty (under this guard's temporary
+        directory) instead of the shared ones: what it compiles and autotunes, it does
+        afresh, as a new user process does (``orchestration/confirm.py``)."""
+        if fresh_jit:
+            return self._new_worker(
+                "candidate", Path(tempfile.mkdtemp(prefix="jit-cache-", dir=self.tmp))
+            )
         if self._spare is not None and self._spare.alive():
             w, self._spare = self._spare, None
         else:
@@ -339,6 +346,7 @@ class Guard:
         session: CandidateSession | None = None,
         retime_reference: bool = False,
         warm_budget_s: float | None = None,
+        fresh_jit: bool = False,
     ) -> EvalResult:
         """Judge ``solution`` on ``workloads`` (all by default). ``rounds``/``warmup``/
         ``iterations`` override the configuration for this call (the search's screening
@@ -347,7 +355,8 @@ class Guard:
         the evaluation early: the remaining workloads are not judged. ``retime_reference``
         times the reference again on each workload (``GuardConfig.retime_reference``).
         ``warm_budget_s`` caps the compile pass (``GuardConfig.compile_workers``; a search's
-        time left): no call of it starts later.
+        time left): no call of it starts later. ``fresh_jit``: the candidate's worker starts
+        with empty Triton and Inductor caches (:meth:`candidate_worker`; not with ``session``).
 
         ``session`` (from :meth:`open_session` for the same solution) keeps the candidate's
         worker between calls, e.g. the search's screening and full stages: the solution is
@@ -371,8 +380,11 @@ class Guard:
         self.reference()  # set up first: a reference that does not load is the user's error,
         # and every trace (even a COMPILE_ERROR one) then names the real hardware
         held = session is not None
+        if held and fresh_jit:
+            raise ValueError("evaluate(fresh_jit=True) starts its own worker: no session")
         if session is None:
             session = Session(self, solution, cfg)
+            session.fresh_jit = fresh_jit
         elif session.solution.content_hash() != solution.content_hash():
             raise ValueError("evaluate(session=...): the session is for another solution")
         else:

@@ -79,6 +79,8 @@ class CandidateSession:
         self.warmed: set[str] = set()
         """Workloads the compile pass has called (``warm``)."""
         self.warm_notes: list[str] = []
+        self.fresh_jit = False
+        """Every worker of this session starts with empty JIT caches (``Guard.evaluate``)."""
         self._build()
 
     def _tick(self, phase: str, t0: float) -> None:
@@ -117,7 +119,7 @@ class CandidateSession:
         if self.worker is not None and self.worker.alive():
             return self.worker
         t0 = time.monotonic()
-        w = self.guard.candidate_worker()
+        w = self.guard.candidate_worker(self.fresh_jit)
         try:
             w.wait_ready(self.cfg.setup_timeout)
             self._tick("process_start", t0)

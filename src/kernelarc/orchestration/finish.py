@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelarc.agents.types import CandidateResult
 from kernelarc.guard.verdict import WorkloadOutcome
+from kernelarc.orchestration.confirm import CONFIRMER, confirm
 from kernelarc.orchestration.judge import TIME_LIMIT, results_of, score_of, significant
 from kernelarc.problem.schema import Solution
 from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store
@@ -33,7 +34,7 @@ COMPOSE_MARGIN = 2.0
 """A composition is judged only when the per-workload winners, routed at no cost, would beat
 the best single candidate by more than this many times ``min_gain`` (dispatching does cost:
 on FIB 007's 15 us GEMMs a composition of two near-equal parts read 0.62x of the best)."""
-FINISHERS = frozenset({COMPOSER, FALLBACK})
+FINISHERS = frozenset({COMPOSER, FALLBACK, CONFIRMER})
 """Agents of the candidates made at the end of a run (not budgeted, not agents of the run)."""
 
 
@@ -78,13 +79,19 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
             orch.event("fallback_skipped", {"why": "time limit reached"})
         else:
             chosen = _fallback(orch, reference, *chosen)
+    itself = chosen[0].content_hash == reference.content_hash()  # its "speedup" is noise
+    if cfg.confirm and not itself:
+        confirmed = confirm(orch, chosen, passes)
+        if confirmed is None:
+            orch.event("no_solution", {"why": "every candidate confirmed failed in a new process"})
+            return run_status(store, orch.dir.path)
+        chosen = confirmed
     rec, ev = chosen
     path = orch.dir.write_best(rec.solution, ev.traces)
-    itself = rec.content_hash == reference.content_hash()  # then its "speedup" is noise
-    orch.event(
-        "best",
-        {"candidate": rec.id, "score": ev.result.score, "path": str(path), "reference": itself},
-    )
+    best = {"candidate": rec.id, "score": ev.result.score, "path": str(path), "reference": itself}
+    if rec.agent == CONFIRMER:
+        best["confirms"] = rec.parent_id
+    orch.event("best", best)
     if cfg.memory and cfg.memory_file:
         orch.memory.save(Path(cfg.memory_file))
     summary = run_status(store, orch.dir.path)
@@ -130,7 +137,7 @@ def _compose(
             {"why": f"{max(left, 0.0):.0f} s left, under the {need:.0f} s its parts took to judge"},
         )
         return None
-    record, ev = _judge_final(
+    record, ev = judge_final(
         orch,
         solution,
         agent=COMPOSER,
@@ -179,7 +186,7 @@ def _fallback(
     orch: Orchestrator, reference: Solution, rec: CandidateRecord, ev: EvaluationRecord
 ) -> tuple[CandidateRecord, EvaluationRecord]:
     """The reference judged in full; returned instead of ``rec`` when significantly faster."""
-    ref_rec, ref_ev = _judge_final(
+    ref_rec, ref_ev = judge_final(
         orch,
         reference,
         agent=FALLBACK,
@@ -204,7 +211,7 @@ def _fallback(
     return (ref_rec, ref_ev) if kept else (rec, ev)
 
 
-def _judge_final(
+def judge_final(
     orch: Orchestrator,
     solution: Solution,
     *,
@@ -212,8 +219,10 @@ def _judge_final(
     strategy: str,
     parent: str,
     hypothesis: str,
+    fresh_jit: bool = False,
 ) -> tuple[CandidateRecord, EvaluationRecord]:
-    """Judge a finisher's candidate with the full protocol on every workload and record it.
+    """Judge a finisher's candidate with the full protocol on every workload and record it
+    (``fresh_jit``: in a worker with empty JIT caches, ``Guard.evaluate``).
     It stops at its first failing workload (it cannot be kept), and, under a time limit,
     after the workload in progress when the limit is reached (as the search's judgements
     do: a run overshoots its limit by at most one workload's judgement)."""
@@ -226,7 +235,12 @@ def _judge_final(
         return TIME_LIMIT if timed and orch.time_left_total() <= 0 else None
 
     res = orch.guard.evaluate(
-        solution, rounds=full.rounds, warmup=full.warmup, iterations=full.iterations, stop=stop
+        solution,
+        rounds=full.rounds,
+        warmup=full.warmup,
+        iterations=full.iterations,
+        stop=stop,
+        fresh_jit=fresh_jit,
     )
     per = results_of(res.outcomes, orch.bounds)
     passed = res.stopped_early is None and bool(per) and all(r.status == "PASSED" for r in per)
@@ -309,6 +323,7 @@ def run_status(store: Store, run_dir: Path) -> dict[str, Any]:
         "candidate_ids": [c.id for c in cands],
         "composed": sorted(composed),
         "fallback": sorted(c.id for c in cands if c.agent == FALLBACK),
+        "confirmations": sorted(c.id for c in cands if c.agent == CONFIRMER),
         "best": best,
         "stopped": (
             store.events("search_stopped")[-1].payload.get("reason")

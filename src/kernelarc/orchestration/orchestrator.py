@@ -85,6 +85,8 @@ class Orchestrator:
         """Seconds of the full evaluation of each candidate that passed it (this process)."""
         self.full_ms: dict[str, dict[str, float]] = {}
         """Their full-protocol latencies: candidate → workload uuid → ms."""
+        self.full_score: dict[str, float] = {}
+        """Their full-protocol scores (geomean speedup over eager)."""
         self.full_cost_warned = False
         self.started = time.monotonic()
         self.interrupted = False
@@ -187,16 +189,27 @@ class Orchestrator:
         return self.config.time_limit_s - (time.monotonic() - self.started)
 
     def reserve(self) -> float:
-        """Time kept for the final shape-gated composition once it is worth judging (two
-        full passes whose per-workload winners would beat the best single one, see
-        ``finish.COMPOSE_MARGIN``): the longest judgement (screening and full stage) among
-        them, the likeliest cost of judging the composition. Without a time limit or
-        composition, nothing."""
+        """Time kept for the end of the run: for the final shape-gated composition once it is
+        worth judging (two full passes whose per-workload winners would beat the best single
+        one, see ``finish.COMPOSE_MARGIN``), the longest judgement (screening and full stage)
+        among them, the likeliest cost of judging the composition; and for the confirmation
+        of the best candidate (``confirm.py``), its own judgement's time. Without a time
+        limit, nothing."""
+        cfg = self.config
+        if cfg.time_limit_s is None:
+            return 0.0
+        keep = 0.0
+        if cfg.confirm and self.full_score:
+            best = max(self.full_score, key=lambda c: self.full_score[c])
+            keep += self.judging_cost({best})
+        return keep + self._compose_reserve()
+
+    def _compose_reserve(self) -> float:
         from kernelarc.orchestration.compose import predicted_gain
         from kernelarc.orchestration.finish import COMPOSE_MARGIN
 
         cfg = self.config
-        if cfg.time_limit_s is None or not cfg.compose or len(self.full_s) < 2:
+        if not cfg.compose or len(self.full_s) < 2:
             return 0.0
         p = self.problem
         gain = predicted_gain(p.definition, p.workloads, self.full_ms)
@@ -360,6 +373,7 @@ class Orchestrator:
             self.full_ms[record.id] = {
                 r.uuid: r.latency_ms for r in final.per_workload if r.latency_ms
             }
+            self.full_score[record.id] = final.score or 0.0
         old = self.results.get(name, {}).get("full")
         improved = (
             final.stage == "full"

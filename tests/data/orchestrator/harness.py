@@ -168,6 +168,9 @@ def run_config(problem: Problem, agents: Sequence[str], **overrides: Any) -> Run
         # The scripted variants sleep, so they are slower than the reference: the fallback
         # would replace them at the end of most runs. Its own tests turn it on.
         "reference_fallback": False,
+        # Confirming the best in a new process (judged again, then maybe a runner-up) adds
+        # judgements to every run, and CPU noise could change the best. Its tests turn it on.
+        "confirm": False,
     }
     base.update(overrides)
     return RunConfig.model_validate(base)

@@ -1,0 +1,131 @@
+"""The last judgement of a run: does the chosen solution reproduce its speed in a new process?
+
+The search judges every candidate with the user's Triton and Inductor caches, so a speed
+that came from a run-time draw is measured once and then served from the cache. Inductor's
+``max-autotune`` benchmarks its kernel configurations when a process first calls them and
+keeps the pick in its cache; on microsecond kernels the pick is close to random. FIB 002 on
+the H200 (session 16, ``benchmarks/repro_probe.py``, 6 smallest workloads): the solution the
+search chose (``max-autotune-no-cudagraphs``, 2.2-2.6 us per call in the search) read
+2.9-13.5 us in one new process and the same again in the next (the bad pick was cached),
+2.5-2.8 us and 2.8-8.3 us in two processes with empty caches; plain ``torch.compile`` read
+2.1-2.9 us in all of them. The benchmark's later baseline session measured the chosen
+solution at 0.88x of torch.compile.
+
+So before a run hands its solution over (``finish``), the chosen candidate is judged once more
+with the full protocol on every workload, in a new candidate worker whose Triton and Inductor
+caches start empty (``Guard.evaluate(fresh_jit=True)``), as the user's process will start.
+It *reproduced* when that judgement passed, its latencies' geometric mean is at most
+``GEOMEAN_SLOWER`` slower than the search's, and no workload is more than ``WORST_SLOWER``
+times slower. When it did not, the next candidates by search score are confirmed the same
+way (``TRIES`` in all, time permitting), until one reproduces; the run then hands over, of
+all confirmations that passed, the one with the best score, with the traces of that
+confirmation (not the search's). Each confirmation is a finisher's candidate
+(``CONFIRMER``, its parent the confirmed candidate): it costs no budget.
+
+Not covered: a draw that is lucky twice (in the search and again here: one new process per
+candidate, not a distribution of them); what differs on the user's machine (another GPU,
+driver or library version); a solution that is slow only in a process that has already
+called it many times. Under a time limit the search keeps time for the first confirmation
+(``Orchestrator.reserve``); with less time left than the candidate's judgement took,
+the confirmation is skipped with an event and the search's measurement is handed over.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from kernelarc.agents.types import WorkloadResult
+from kernelarc.store.base import CandidateRecord, EvaluationRecord
+
+if TYPE_CHECKING:
+    from kernelarc.orchestration.orchestrator import Orchestrator
+
+CONFIRMER = "confirmation"
+GEOMEAN_SLOWER = 0.15
+"""Largest slowdown of the geometric mean over workloads that still counts as reproduced:
+the same plain ``torch.compile`` solution read 2.23 and 2.59 us (geomean over 6 workloads of
+2-3 us) in two new processes on the H200; kernels of microseconds move that much."""
+WORST_SLOWER = 1.5
+"""Largest slowdown of any one workload that still counts as reproduced."""
+TRIES = 3
+"""Candidates confirmed at most: the chosen one and two runners-up."""
+
+Pass = tuple[CandidateRecord, EvaluationRecord]
+
+
+def slowdown(
+    search: tuple[WorkloadResult, ...], fresh: tuple[WorkloadResult, ...]
+) -> tuple[float, float] | None:
+    """(geometric-mean, worst) ratio fresh latency / search latency over the workloads both
+    measured, or None when they share none."""
+    old = {r.uuid: r.latency_ms for r in search if r.latency_ms}
+    ratios = [r.latency_ms / old[r.uuid] for r in fresh if r.latency_ms and r.uuid in old]
+    if not ratios:
+        return None
+    return math.exp(sum(math.log(x) for x in ratios) / len(ratios)), max(ratios)
+
+
+def reproduced(search: EvaluationRecord, fresh: EvaluationRecord) -> bool:
+    """Whether ``fresh`` (a confirmation) reproduces ``search`` (the search's full stage)."""
+    if not fresh.result.passed:
+        return False
+    ratio = slowdown(search.result.per_workload, fresh.result.per_workload)
+    return ratio is not None and ratio[0] <= 1.0 + GEOMEAN_SLOWER and ratio[1] <= WORST_SLOWER
+
+
+def confirm(orch: Orchestrator, chosen: Pass, passes: list[Pass]) -> Pass | None:
+    """The solution to hand over: ``chosen`` or a runner-up from ``passes`` (the agents'
+    full passes), as confirmed in new processes (module docstring). When none could be
+    confirmed (time limit), the best by search score whose confirmation did not fail; None
+    when every candidate tried failed its confirmation (never handed over)."""
+    from kernelarc.orchestration.finish import judge_final
+    from kernelarc.orchestration.judge import TIME_LIMIT
+
+    hashes = {chosen[0].content_hash}
+    queue = [chosen]
+    for p in sorted(passes, key=lambda p: (-(p[1].result.score or 0.0), p[0].seq)):
+        if p[0].content_hash not in hashes:
+            hashes.add(p[0].content_hash)
+            queue.append(p)
+    confirmed: list[Pass] = []
+    failed: set[str] = set()
+    for rec, ev in queue[:TRIES]:
+        need, left = orch.judging_cost({rec.id}), orch.time_left_total()
+        if orch.config.time_limit_s is not None and (left <= 0 or need > left):
+            why = f"{max(left, 0.0):.0f} s left, under the {need:.0f} s its judgement took"
+            orch.event("confirmation_skipped", {"candidate": rec.id, "why": why})
+            break
+        fresh = judge_final(
+            orch,
+            rec.solution,
+            agent=CONFIRMER,
+            strategy="confirmation",
+            parent=rec.id,
+            hypothesis=f"{rec.id} judged again in a new process with empty JIT caches",
+            fresh_jit=True,
+        )
+        ratio = slowdown(ev.result.per_workload, fresh[1].result.per_workload)
+        ok = reproduced(ev, fresh[1])
+        orch.event(
+            "confirmation",
+            {
+                "candidate": fresh[0].id,
+                "of": rec.id,
+                "passed": fresh[1].result.passed,
+                "score": fresh[1].result.score,
+                "search_score": ev.result.score,
+                "slowdown": None if ratio is None else round(ratio[0], 4),
+                "worst_slowdown": None if ratio is None else round(ratio[1], 4),
+                "reproduced": ok,
+            },
+        )
+        if fresh[1].result.passed:
+            confirmed.append(fresh)
+        elif fresh[1].result.stopped_early != TIME_LIMIT:
+            failed.add(rec.id)  # it fails in a new process: not handed over
+        if ok:
+            break
+    if not confirmed:
+        return next((p for p in queue if p[0].id not in failed), None)
+    return max(confirmed, key=lambda p: (p[1].result.score or 0.0, -p[0].seq))
