@@ -151,6 +151,10 @@ def test_a_best_that_does_not_reproduce_is_replaced_by_the_runner_up(
     assert run.summary["confirmations"] == sorted([first["candidate"], second["candidate"]])
     assert run.summary["evaluated"] == 2, "confirmations cost no budget"
     assert run.summary["best"]["speedup"] == pytest.approx(second["score"]), info
+    lessons = [c for c in run.conclusions if c.agent == CONFIRMER]
+    assert [c.candidate_id for c in lessons] == [first["candidate"], second["candidate"]]
+    assert lessons[0].outcome == "regressed" and "did not reproduce" in lessons[0].claim
+    assert picky in lessons[0].claim and lessons[0].effect["all workloads"] < 1 / 1.15
 
 
 def test_a_best_that_reproduces_is_handed_over_after_one_confirmation(

@@ -470,7 +470,7 @@ def test_a_finishers_judgement_stops_early(
 ) -> None:
     """A finisher's candidate (composition, fallback) stops at its first failing workload,
     and after the first workload once the run's time limit has passed."""
-    from kernelarc.orchestration.finish import _judge_final
+    from kernelarc.orchestration.finish import judge_final
 
     fail = case == "fails"
     config = run_config(problem, ["A"], time_limit_s=None if fail else 0.001)
@@ -478,9 +478,7 @@ def test_a_finishers_judgement_stops_early(
     try:
         orch = Orchestrator(problem, [], config, RunDir(tmp_path), store, guard, {})
         solution = rms(f"fin_{fail}", fail=fail)
-        _, ev = _judge_final(
-            orch, solution, agent=COMPOSER, strategy="s", parent="p", hypothesis=""
-        )
+        _, ev = judge_final(orch, solution, agent=COMPOSER, strategy="s", parent="p", hypothesis="")
     finally:
         store.close()
     assert len(ev.result.per_workload) == 1 and not ev.result.passed, ev.result

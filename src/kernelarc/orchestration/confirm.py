@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from kernelarc.agents.types import WorkloadResult
+from kernelarc.agents.types import Conclusion, Outcome, WorkloadResult
 from kernelarc.store.base import CandidateRecord, EvaluationRecord
 
 if TYPE_CHECKING:
@@ -120,6 +120,7 @@ def confirm(orch: Orchestrator, chosen: Pass, passes: list[Pass]) -> Pass | None
                 "reproduced": ok,
             },
         )
+        orch.conclude(_lesson(rec, fresh, ratio, ok))
         if fresh[1].result.passed:
             confirmed.append(fresh)
         elif fresh[1].result.stopped_early != TIME_LIMIT:
@@ -129,3 +130,33 @@ def confirm(orch: Orchestrator, chosen: Pass, passes: list[Pass]) -> Pass | None
     if not confirmed:
         return next((p for p in queue if p[0].id not in failed), None)
     return max(confirmed, key=lambda p: (p[1].result.score or 0.0, -p[0].seq))
+
+
+def _lesson(
+    rec: CandidateRecord, fresh: Pass, ratio: tuple[float, float] | None, ok: bool
+) -> Conclusion:
+    """The confirmation's lesson, for the run's conclusions and the shared memory: which
+    strategy's solution did (not) keep its speed in a new process, by how much."""
+    what = f"{rec.id} ({rec.agent}: {rec.solution.description or rec.strategy})"[:160]
+    outcome: Outcome
+    if not fresh[1].result.passed:
+        why = fresh[1].result.stopped_early or "a workload failed"
+        claim, outcome = f"{what} did not pass again in a new process ({why})", "failed"
+    elif ratio is None:
+        claim, outcome = f"{what} shares no workload with its search measurement", "no_gain"
+    else:
+        verb = "reproduced" if ok else "did not reproduce"
+        claim = (
+            f"{what} {verb} its speed in a new process with empty JIT caches: "
+            f"{ratio[0]:.2f}x its search latency (geomean), worst workload {ratio[1]:.2f}x"
+        )
+        outcome = "no_gain" if ok else "regressed"
+    return Conclusion(
+        agent=CONFIRMER,
+        strategy="confirmation",
+        candidate_id=fresh[0].id,
+        claim=claim[:300],
+        effect={} if ratio is None else {"all workloads": 1.0 / ratio[0]},
+        tags=("confirmation", rec.agent),
+        outcome=outcome,
+    )

@@ -430,6 +430,10 @@ class Orchestrator:
         self.store.save_agent_state(name, {"agent": agent.state()})
         self.store.save_agent_state(ORCHESTRATOR, {"plateau": self.plateau.state()})
 
+    def conclude(self, conclusion: Conclusion) -> None:
+        """Store a conclusion and put it in the shared memory (a finisher's lesson)."""
+        self._remember(self.store.add_conclusion(conclusion))
+
     def _remember(self, conclusion: Conclusion) -> None:
         """Into the shared memory, when it is on; a claim that looks like code is refused
         there (the store keeps every conclusion)."""
