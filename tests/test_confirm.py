@@ -13,7 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from data.orchestrator.harness import EXAMPLE, GUARD_CONFIG, after, rms, run_config, search
+from data.orchestrator.harness import (
+    EXAMPLE,
+    GUARD_CONFIG,
+    after,
+    rms,
+    rms_solution,
+    run_config,
+    search,
+)
 
 from kernelarc.agents.types import CandidateResult, WorkloadResult
 from kernelarc.guard.evaluator import Guard
@@ -46,19 +54,7 @@ def run(hidden_states, weight, output):
 
 
 def pick_solution() -> Solution:
-    return Solution.model_validate(
-        {
-            "name": "rms_cached_pick",
-            "definition": "ka_rmsnorm_h512",
-            "author": "kernelarc-tests",
-            "spec": {
-                "languages": ["pytorch"],
-                "entry_point": "m.py::run",
-                "destination_passing_style": True,
-            },
-            "sources": [{"path": "m.py", "content": PICK_SOURCE}],
-        }
-    )
+    return rms_solution("cached_pick", PICK_SOURCE)
 
 
 @pytest.fixture(scope="module")

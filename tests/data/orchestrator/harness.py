@@ -65,7 +65,11 @@ def rms(tag: str, *, slow: str = "False", sleep_s: float = 0.002, fail: bool = F
     """A destination-passing RMSNorm named ``rms_<tag>`` (the tag makes its content hash
     unique). ``slow`` is a Python condition on the batch size ``b``: when true, the call
     sleeps ``sleep_s`` seconds first. ``fail``: every call raises."""
-    content = SOURCE.format(tag=tag, slow=slow, sleep_s=sleep_s, fail=fail)
+    return rms_solution(tag, SOURCE.format(tag=tag, slow=slow, sleep_s=sleep_s, fail=fail))
+
+
+def rms_solution(tag: str, content: str) -> Solution:
+    """A destination-passing solution ``rms_<tag>`` of the example, ``run`` in ``content``."""
     return Solution.model_validate(
         {
             "name": f"rms_{tag}",
