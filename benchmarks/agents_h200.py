@@ -320,6 +320,13 @@ def main() -> None:
     ap.add_argument("--compile-workers", type=int, default=0, help="passed to optimize")
     ap.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a dry run)")
     ap.add_argument("--deadline", type=float, default=None, help="seconds for the whole script")
+    ap.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=None,
+        help="where the run directories go (default: --out); the device tool returns at most "
+        "8 files of $OUT, so put them outside it and keep $OUT for the results",
+    )
     args = ap.parse_args()
     if args.merge:
         print_table(merge(args.merge))
@@ -341,7 +348,8 @@ def main() -> None:
             print(f"{key}: not started, --deadline passed", flush=True)
             continue
         problem_dir = args.problems / SIX.get(key, key)
-        run_dir = args.out / f"run-{key}"  # shallow: the device tool returns few levels
+        # shallow: the device tool returns few levels
+        run_dir = (args.runs_dir or args.out) / f"run-{key}"
         if run_dir.exists():
             sys.exit(f"{run_dir} exists (an earlier benchmark run): choose a fresh --out")
         r: dict[str, Any] = {
