@@ -153,6 +153,25 @@ def test_a_best_that_does_not_reproduce_is_replaced_by_the_runner_up(
     assert picky in lessons[0].claim and lessons[0].effect["all workloads"] < 1 / 1.15
 
 
+def test_the_reference_fallback_follows_a_confirmation_slower_than_eager(
+    guard: Guard, problem: Problem, tmp_path: Path
+) -> None:
+    """The only candidate wins the search with the cached pick; confirmed in a new process
+    it is slower than eager (40 ms per call) with no runner-up, so the reference fallback,
+    which comes after the confirmation, judges the reference and hands it over."""
+    from kernelarc.orchestration.finish import FALLBACK
+
+    a = ScriptedAgent([pick_solution()], name="A")
+    run = search(guard, problem, tmp_path, [a], budget=1, confirm=True, reference_fallback=True)
+    info = run.describe()
+    [only] = run.payloads("confirmation")
+    assert only["reproduced"] is False and (only["score"] or 1.0) < 1.0, info
+    [fallback] = run.payloads("fallback")
+    assert fallback["instead_of"] == only["candidate"] and fallback["kept"] is True, info
+    best = run.payloads("best")[-1]
+    assert run.agent_of(best["candidate"]) == FALLBACK and best["reference"] is True, info
+
+
 def test_a_best_that_reproduces_is_handed_over_after_one_confirmation(
     guard: Guard, problem: Problem, tmp_path: Path
 ) -> None:

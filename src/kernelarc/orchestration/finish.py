@@ -1,7 +1,9 @@
 """The end of a run: pick the best fully validated candidate, try a shape-gated composition
-of the per-workload winners (kept only if the guard finds it significantly better), and,
-when what is chosen is slower than the eager reference, judge the reference itself in full
-and hand it back instead if it is significantly faster (``RunConfig.reference_fallback``):
+of the per-workload winners (kept only if the guard finds it significantly better), confirm
+the choice in a new process with empty JIT caches (``confirm.py``: a runner-up when its
+speed does not reproduce), and, when what is chosen (and confirmed) is slower than the eager
+reference, judge the reference itself in full and hand it back instead if it is
+significantly faster (``RunConfig.reference_fallback``):
 a run never returns a solution the guard measured slower than the code it was given, when
 it had the time to check. Then write ``best/`` and the summary. Also ``run_status``: what
 ``kernelarc status`` reports, computed from the store alone.
@@ -72,6 +74,12 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
         agent=FALLBACK,
         description="The problem's reference, unchanged: no candidate of the run beat it.",
     )
+    if cfg.confirm and chosen[0].content_hash != reference.content_hash():
+        confirmed = confirm(orch, chosen, passes)
+        if confirmed is None:
+            orch.event("no_solution", {"why": "every candidate confirmed failed in a new process"})
+            return run_status(store, orch.dir.path)
+        chosen = confirmed
     if cfg.reference_fallback and (chosen[1].result.score or 0.0) < 1.0:
         if chosen[0].content_hash == reference.content_hash():
             pass  # the chosen solution is the reference itself
@@ -80,12 +88,6 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
         else:
             chosen = _fallback(orch, reference, *chosen)
     itself = chosen[0].content_hash == reference.content_hash()  # its "speedup" is noise
-    if cfg.confirm and not itself:
-        confirmed = confirm(orch, chosen, passes)
-        if confirmed is None:
-            orch.event("no_solution", {"why": "every candidate confirmed failed in a new process"})
-            return run_status(store, orch.dir.path)
-        chosen = confirmed
     rec, ev = chosen
     path = orch.dir.write_best(rec.solution, ev.traces)
     best = {"candidate": rec.id, "score": ev.result.score, "path": str(path), "reference": itself}
