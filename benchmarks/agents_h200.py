@@ -351,7 +351,9 @@ def main() -> None:
         # shallow: the device tool returns few levels
         run_dir = (args.runs_dir or args.out) / f"run-{key}"
         if run_dir.exists():
-            sys.exit(f"{run_dir} exists (an earlier benchmark run): choose a fresh --out")
+            sys.exit(
+                f"{run_dir} exists (an earlier benchmark run): choose a fresh --out (or --runs-dir)"
+            )
         r: dict[str, Any] = {
             "problem_dir": str(problem_dir),
             "code": code_version(),

@@ -191,21 +191,31 @@ def test_time_is_kept_for_the_confirmation_and_it_is_skipped_without_it(
     why, and the search's measurement is handed over."""
     import time
 
+    from kernelarc.agents.types import IncumbentView
     from kernelarc.orchestration.confirm import confirm
     from kernelarc.orchestration.orchestrator import Orchestrator
     from kernelarc.orchestration.rundir import RunDir
     from kernelarc.store.base import CandidateRecord
     from kernelarc.store.sqlite import SQLiteStore
 
-    a = ScriptedAgent([], name="A")
+    a, b = ScriptedAgent([], name="A"), ScriptedAgent([], name="B")
     store = SQLiteStore(tmp_path / "store.sqlite")
     try:
         for on in (True, False):
             cfg = run_config(problem, ["A"], time_limit_s=100.0, confirm=on)
-            orch = Orchestrator(problem, [a], cfg, RunDir(tmp_path), store, guard, {})
+            orch = Orchestrator(problem, [a, b], cfg, RunDir(tmp_path), store, guard, {})
             orch.full_s, orch.screen_cost = {"c1": 3.0, "c2": 30.0}, {"c1": 1.0, "c2": 1.0}
-            orch.full_score = {"c1": 2.0, "c2": 1.5}
-            assert orch.reserve() == (4.0 if on else 0.0)
+            for agent, cid, score in (("A", "c1", 2.0), ("B", "c2", 1.5)):
+                view = IncumbentView(
+                    agent=agent,
+                    strategy="scripted",
+                    candidate_id=cid,
+                    score=score,
+                    latencies_ms={},
+                    solution=rms(cid),
+                )
+                orch.board.update(view, owner=agent)
+            assert orch.reserve() == (4.0 if on else 0.0)  # c1's, the best: not c2's 31 s
         rec = store.add_candidate(
             CandidateRecord(
                 id="c0001-A",

@@ -68,10 +68,15 @@ def slowdown(
 
 def reproduced(search: EvaluationRecord, fresh: EvaluationRecord) -> bool:
     """Whether ``fresh`` (a confirmation) reproduces ``search`` (the search's full stage)."""
-    if not fresh.result.passed:
-        return False
     ratio = slowdown(search.result.per_workload, fresh.result.per_workload)
-    return ratio is not None and ratio[0] <= 1.0 + GEOMEAN_SLOWER and ratio[1] <= WORST_SLOWER
+    return _within(fresh.result.passed, ratio)
+
+
+def _within(passed: bool, ratio: tuple[float, float] | None) -> bool:
+    """The rule, from a confirmation's pass and its :func:`slowdown`."""
+    if not passed or ratio is None:
+        return False
+    return ratio[0] <= 1.0 + GEOMEAN_SLOWER and ratio[1] <= WORST_SLOWER
 
 
 def confirm(orch: Orchestrator, chosen: Pass, passes: list[Pass]) -> Pass | None:
@@ -106,7 +111,7 @@ def confirm(orch: Orchestrator, chosen: Pass, passes: list[Pass]) -> Pass | None
             fresh_jit=True,
         )
         ratio = slowdown(ev.result.per_workload, fresh[1].result.per_workload)
-        ok = reproduced(ev, fresh[1])
+        ok = _within(fresh[1].result.passed, ratio)
         orch.event(
             "confirmation",
             {

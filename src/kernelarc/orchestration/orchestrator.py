@@ -85,8 +85,6 @@ class Orchestrator:
         """Seconds of the full evaluation of each candidate that passed it (this process)."""
         self.full_ms: dict[str, dict[str, float]] = {}
         """Their full-protocol latencies: candidate → workload uuid → ms."""
-        self.full_score: dict[str, float] = {}
-        """Their full-protocol scores (geomean speedup over eager)."""
         self.full_cost_warned = False
         self.started = time.monotonic()
         self.interrupted = False
@@ -193,15 +191,13 @@ class Orchestrator:
         worth judging (two full passes whose per-workload winners would beat the best single
         one, see ``finish.COMPOSE_MARGIN``), the longest judgement (screening and full stage)
         among them, the likeliest cost of judging the composition; and for the confirmation
-        of the best candidate (``confirm.py``), its own judgement's time. Without a time
-        limit, nothing."""
+        of the board's best incumbent (``confirm.py``), its own judgement's time. Without a
+        time limit, nothing."""
         cfg = self.config
         if cfg.time_limit_s is None:
             return 0.0
-        keep = 0.0
-        if cfg.confirm and self.full_score:
-            best = max(self.full_score, key=lambda c: self.full_score[c])
-            keep += self.judging_cost({best})
+        best = self.board.best() if cfg.confirm else None
+        keep = self.judging_cost({best[1]}) if best else 0.0
         return keep + self._compose_reserve()
 
     def _compose_reserve(self) -> float:
@@ -373,7 +369,6 @@ class Orchestrator:
             self.full_ms[record.id] = {
                 r.uuid: r.latency_ms for r in final.per_workload if r.latency_ms
             }
-            self.full_score[record.id] = final.score or 0.0
         old = self.results.get(name, {}).get("full")
         improved = (
             final.stage == "full"
