@@ -8,7 +8,7 @@ import random
 import pytest
 from pydantic import ValidationError
 
-from kernelarc.guard.noise import MIN_SAMPLES, Samples, is_better
+from kernelarc.guard.noise import MIN_SAMPLES, Samples, is_better, is_better_across, t_quantile
 
 
 def draw(median: float, rel_noise: float, n: int, seed: int) -> Samples:
@@ -122,3 +122,67 @@ def test_empty_and_too_few_samples_raise() -> None:
 def test_deterministic() -> None:
     a, b = workloads(0.97, 0.03, 15, 20), workloads(1.0, 0.03, 15, 21)
     assert is_better(a, b) == is_better(a, b)
+
+
+# --------------------------------------------------------------- across worker processes
+
+
+def processes(median: float, offsets: list[float], seed: int, w: int = 2) -> list[list[Samples]]:
+    """One run per process: ``w`` workloads, 30 samples of 0.5% noise, the process's latencies
+    scaled by its steady offset (what a process's placement on a loaded CPU does)."""
+    return [workloads(median * off, 0.005, 30, seed * 10 + p, w) for p, off in enumerate(offsets)]
+
+
+def test_t_quantile_matches_known_values() -> None:
+    # Student-t quantiles (scipy.stats.t.ppf): 97.5% at 6 dof; the 3-sigma tail at 4, 6, 30
+    assert t_quantile(1.959964, 6) == pytest.approx(2.447, abs=0.002)
+    assert t_quantile(3.0, 4) == pytest.approx(6.620, rel=0.01)
+    assert t_quantile(3.0, 6) == pytest.approx(4.904, rel=0.005)
+    assert t_quantile(3.0, 30) == pytest.approx(3.270, rel=0.002)
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        t_quantile(3.0, 0)
+
+
+def test_a_steady_process_offset_is_not_a_gain() -> None:
+    # The same code: the candidate's four processes happen to sit 1-7% below the incumbent's.
+    cand = processes(1.0, [0.93, 0.95, 0.97, 0.99], seed=1)
+    inc = processes(1.0, [0.97, 0.99, 1.01, 1.03], seed=2)
+    pooled = [
+        [Samples(latencies_ms=[x for run in side for x in run[k].latencies_ms]) for k in range(2)]
+        for side in (cand, inc)
+    ]
+    assert is_better(pooled[0], pooled[1]).better  # the within-process rule is fooled
+    d = is_better_across(cand, inc)
+    assert not d.better, d.reason
+    assert d.speedup == pytest.approx(1.04, rel=0.01)
+    assert "between 4 + 4 processes" in d.reason
+
+
+def test_a_clear_gain_across_processes_is_better() -> None:
+    cand = processes(1.0 / 1.1, [0.995, 1.0, 1.005, 1.0], seed=3)
+    inc = processes(1.0, [1.0, 0.995, 1.0, 1.005], seed=4)
+    d = is_better_across(cand, inc)
+    assert d.better, d.reason
+    assert d.speedup == pytest.approx(1.1, rel=0.01)
+    assert len(d.per_workload) == 2 and all(r.speedup > 1.08 for r in d.per_workload)
+
+
+def test_same_code_in_noisy_processes_is_never_better() -> None:
+    for seed in range(20):
+        rng = random.Random(seed)
+        offsets = [[math.exp(rng.gauss(0.0, 0.04)) for _ in range(4)] for _ in range(2)]
+        d = is_better_across(
+            processes(1.0, offsets[0], seed), processes(1.0, offsets[1], seed + 50)
+        )
+        assert not d.better, (seed, d.reason)
+
+
+def test_across_needs_processes_and_matching_workloads() -> None:
+    with pytest.raises(ValueError, match="at least 3"):
+        is_better_across(processes(1.0, [1.0, 1.0], 1), processes(1.0, [1.0] * 3, 2))
+    with pytest.raises(ValueError, match="incumbent process 1 has samples for 1 workloads"):
+        inc = processes(1.0, [1.0] * 3, 2)
+        inc[1] = inc[1][:1]
+        is_better_across(processes(1.0, [1.0] * 3, 1), inc)
+    with pytest.raises(ValueError, match="no workloads"):
+        is_better_across([], [])

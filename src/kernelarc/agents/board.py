@@ -11,9 +11,10 @@ around the CUDA graph of the board's best (2.60x); a CUDA graph cannot be compil
 compiler found only rewrite's 1.15x graph to compile, where session 13 had compiled the
 policy itself (4.97x).
 
-Not covered: deciding *whether* a candidate becomes an incumbent (the guard's noise-aware
-rule does, the orchestrator applies it), persisting incumbents (the run store does; a
-resumed run replays them into a fresh board) and plateau bookkeeping (``plateau.py``).
+Not covered: deciding *whether* a candidate becomes an incumbent (the orchestrator does,
+with ``orchestration/judge.py::significant``: a geomean gain above ``min_gain``),
+persisting incumbents (the run store does; a resumed run replays them into a fresh board)
+and plateau bookkeeping (``plateau.py``).
 
 Isolation: the snapshot types are frozen pydantic models in tuples, but two of their
 fields are mutable containers (``IncumbentView.latencies_ms`` is a dict, ``solution`` a

@@ -5,8 +5,9 @@ Covered: counting, per agent, consecutive evaluations without a significant gain
 its reset when the orchestrator hands out a drafting context, JSON-able state for
 ``--resume``, and the board entry a draft should start from (:func:`drafting_seed`).
 
-Not covered: what counts as a significant gain (the guard's noise-aware rule decides; the
-orchestrator passes the verdict as ``improved``), and how an agent drafts (its proposer).
+Not covered: what counts as a significant gain (``orchestration/judge.py::significant``
+decides; the orchestrator passes the verdict as ``improved``), and how an agent drafts
+(its proposer).
 """
 
 from __future__ import annotations

@@ -439,19 +439,19 @@ class Guard:
         incumbent: Solution,
         workloads: list[Workload] | None = None,
         *,
-        blocks: int = 4,
+        processes: int = 4,
         min_gain: float = 0.01,
         z: float = 3.0,
     ) -> Decision:
-        """Noise-aware ``is candidate better than incumbent``: both are timed in alternating
-        blocks in this guard session over the same input pool (``guard/interleave.py``).
-        Judge correctness with :meth:`evaluate` first; a failure or reward-hack finding here
-        raises ``Verdict``."""
+        """Noise-aware ``is candidate better than incumbent``: both are timed in alternation,
+        each in ``processes`` (at least 3) new workers of its own, over the same input pool
+        (``guard/interleave.py``; the rule: ``guard/noise.py``). Judge correctness with
+        :meth:`evaluate` first; a failure or reward-hack finding here raises ``Verdict``."""
         from kernelarc.guard.interleave import interleaved_compare
 
         chosen = list(workloads) if workloads is not None else list(self.problem.workloads)
         return interleaved_compare(
-            self, candidate, incumbent, chosen, blocks=blocks, min_gain=min_gain, z=z
+            self, candidate, incumbent, chosen, processes=processes, min_gain=min_gain, z=z
         )
 
     def reference_timing(

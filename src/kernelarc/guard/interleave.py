@@ -1,8 +1,10 @@
-"""Interleaved A/B timing of two solutions in one guard session (``Guard.compare``).
+"""Interleaved A/B timing of two solutions over several worker processes (``Guard.compare``).
 
-Both solutions get a candidate worker of their own; per workload they are timed in
-alternating blocks (A B, B A, A B, ...) over the same input seeds, so slow drift of clocks
-and temperature falls on both alike, and ``noise.is_better`` decides from the samples. Not
+Each side is timed in ``processes`` candidate workers of its own, started one pair at a time
+(pair p: A then B when p is even, B then A when odd) and closed before the next pair starts,
+over the same input seeds, so slow drift of clocks and temperature falls on both alike and a
+steady offset of one process shows as spread between processes; then
+``noise.is_better_across`` decides. Costs ``2 * processes`` worker starts and builds. Not
 covered: correctness (judge both with ``Guard.evaluate`` first; a failure here raises the
 ``Verdict``).
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from kernelarc.guard.noise import Decision, Samples, is_better
+from kernelarc.guard.noise import MIN_PROCESSES, Decision, Samples, is_better_across
 from kernelarc.guard.protocol import POOL_ROUND_BASE, derive_seed
 from kernelarc.guard.session import CandidateSession
 from kernelarc.problem.schema import Solution, Workload
@@ -27,47 +29,52 @@ def interleaved_compare(
     incumbent: Solution,
     chosen: list[Workload],
     *,
-    blocks: int,
+    processes: int,
     min_gain: float,
     z: float,
 ) -> Decision:
-    """Time ``candidate`` and ``incumbent`` on ``chosen`` in ``blocks`` alternating blocks
-    (A B, B A, A B, ...), each in a candidate worker of its own, over the same seeds; then
-    :func:`kernelarc.guard.noise.is_better` decides."""
+    """Time ``candidate`` and ``incumbent`` on ``chosen`` in ``processes`` worker pairs (one
+    block of ``iterations // processes`` calls, at least 3, per workload and process), over
+    the same seeds; then :func:`kernelarc.guard.noise.is_better_across` decides."""
+    if processes < MIN_PROCESSES:
+        raise ValueError(
+            f"processes={processes}: at least {MIN_PROCESSES} worker processes per side are "
+            "needed to estimate the spread between processes"
+        )
     cfg = guard.config
-    per_block = max(3, cfg.iterations // blocks)
-    sessions = [CandidateSession(guard, candidate), CandidateSession(guard, incumbent)]
-    samples: list[list[list[float]]] = [[[] for _ in chosen] for _ in sessions]
-    try:
-        for s in sessions:
-            if s.fatal is not None:
-                raise s.fatal
-        for w, wl in enumerate(chosen):
-            seeds = [
-                derive_seed(cfg.seed, wl.uuid, POOL_ROUND_BASE + i)
-                for i in range(cfg.warmup + per_block)
-            ]
-            deadline = time.monotonic() + cfg.timeout
-            for b in range(blocks):
-                order = (0, 1) if b % 2 == 0 else (1, 0)
-                for side in order:
-                    reply = sessions[side]._cand(
+    per_block = max(3, cfg.iterations // processes)
+    seeds = {
+        wl.uuid: [
+            derive_seed(cfg.seed, wl.uuid, POOL_ROUND_BASE + i)
+            for i in range(cfg.warmup + per_block)
+        ]
+        for wl in chosen
+    }
+    runs: list[list[list[Samples]]] = [[], []]
+    for p in range(processes):
+        order = (0, 1) if p % 2 == 0 else (1, 0)
+        for side in order:
+            session = CandidateSession(guard, (candidate, incumbent)[side])
+            try:
+                if session.fatal is not None:
+                    raise session.fatal
+                run = []
+                for wl in chosen:
+                    reply = session._cand(
                         {
                             "op": "time",
                             "workload": wl.model_dump(mode="json"),
-                            "seeds": seeds,
+                            "seeds": seeds[wl.uuid],
                             "warmup": cfg.warmup,
                             "iterations": per_block,
                             "exchange_dir": str(guard.tmp),
                             "cupti": guard._use_cupti,
                         },
-                        deadline,
+                        time.monotonic() + cfg.timeout,
                         "comparison timing",
                     )
-                    samples[side][w] += reply["samples_ms"]
-    finally:
-        for s in sessions:
-            s.close()
-    cand = [Samples(latencies_ms=x) for x in samples[0]]
-    inc = [Samples(latencies_ms=x) for x in samples[1]]
-    return is_better(cand, inc, min_gain=min_gain, z=z)
+                    run.append(Samples(latencies_ms=reply["samples_ms"]))
+                runs[side].append(run)
+            finally:
+                session.close()
+    return is_better_across(runs[0], runs[1], min_gain=min_gain, z=z)

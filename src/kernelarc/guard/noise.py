@@ -25,6 +25,19 @@ readings give a MAD of 0, which would otherwise claim infinite certainty. At lea
 Deterministic: no resampling. Not covered: taking the measurements (the evaluator's job),
 outlier rejection (the median and MAD already ignore a few), and correlation between the
 interleaved pairs (ignored, which makes the rule conservative when drift is shared).
+
+Across processes (:func:`is_better_across`). The rule above sees only the noise within one
+worker process. Two processes running the same code can differ by a steady offset (on a
+loaded CPU, 3-8%: memory placement, cores, threads left spinning), which no number of
+samples in one process reveals: a CI run once read the same solution 1.075x "faster" against
+a bar of 1.050. So each side is measured in P >= 3 processes of its own and the process is
+the unit: per process, the mean over workloads of the log median, ``L``; the speedup is
+``exp(mean L_inc - mean L_cand)``; its noise, from the pooled variance of ``L`` within each
+side, ``se = s * sqrt(1/P_cand + 1/P_inc)`` with ``P_cand + P_inc - 2`` degrees of freedom,
+is weighed with the Student-t quantile that has the normal tail of ``z`` (a Cornish-Fisher
+expansion). The candidate is better when the speedup also clears the within-process bar of
+:func:`is_better` on all samples pooled. With few processes the t quantile is large (z = 3,
+4 + 4 processes: 4.9): the rule asks the data to show the gain.
 """
 
 from __future__ import annotations
@@ -187,6 +200,97 @@ def is_better(
         reason = (
             f"geomean speedup {speedup:.4f}x is within noise: needs {threshold:.4f}x "
             f"({z:g} sigma, sigma of the mean log-ratio {sigma:.4f})"
+        )
+    return Decision(
+        better=better, speedup=speedup, threshold=threshold, per_workload=rows, reason=reason
+    )
+
+
+#: Fewer processes per side than this cannot estimate the process-to-process spread.
+MIN_PROCESSES = 3
+
+
+def t_quantile(z: float, dof: int) -> float:
+    """The Student-t quantile with ``dof`` degrees of freedom at the normal tail probability
+    of ``z`` (Cornish-Fisher expansion to 1/dof^4). Against the exact values: within 1% for
+    z <= 3 and dof >= 4 (3 sigma, 4 dof: 6.58 vs 6.62); below them, so less strict, for
+    larger z or fewer dof (4 sigma, 4 dof: 16.6 vs 17.4)."""
+    if dof < 1:
+        raise ValueError(f"degrees of freedom must be positive, got {dof}")
+    n = float(dof)
+    terms = (
+        z,
+        (z**3 + z) / (4 * n),
+        (5 * z**5 + 16 * z**3 + 3 * z) / (96 * n**2),
+        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * n**3),
+        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * n**4),
+    )
+    return sum(terms)
+
+
+def _process_levels(runs: Sequence[Sequence[Samples]], side: str, w: int) -> list[list[float]]:
+    """Per process, per workload, the log median; checks the shape of ``runs``."""
+    if len(runs) < MIN_PROCESSES:
+        raise ValueError(
+            f"{side} was measured in {len(runs)} processes; at least {MIN_PROCESSES} are "
+            "needed to estimate the spread between processes"
+        )
+    for p, run in enumerate(runs):
+        if len(run) != w:
+            raise ValueError(f"{side} process {p} has samples for {len(run)} workloads, not {w}")
+    return [[math.log(s.median) for s in run] for run in runs]
+
+
+def is_better_across(
+    candidate: Sequence[Sequence[Samples]],
+    incumbent: Sequence[Sequence[Samples]],
+    *,
+    min_gain: float = 0.01,
+    z: float = 3.0,
+    noise_floor: float = 1e-3,
+) -> Decision:
+    """Decide whether ``candidate`` beats ``incumbent`` from measurements in several worker
+    processes per side (outer: processes, inner: one :class:`Samples` per workload, in the
+    same workload order everywhere). See the module docstring for the rule."""
+    if not candidate or not candidate[0]:
+        raise ValueError("no workloads to compare")
+    w = len(candidate[0])
+    levels_c = _process_levels(candidate, "candidate", w)
+    levels_i = _process_levels(incumbent, "incumbent", w)
+    pooled = [
+        [Samples(latencies_ms=[x for run in side for x in run[k].latencies_ms]) for k in range(w)]
+        for side in (candidate, incumbent)
+    ]
+    within = is_better(pooled[0], pooled[1], min_gain=min_gain, z=z, noise_floor=noise_floor)
+
+    def centre(levels: list[list[float]], k: int) -> float:
+        return sum(run[k] for run in levels) / len(levels)
+
+    rows = []
+    for row in within.per_workload:
+        r = centre(levels_i, row.index) - centre(levels_c, row.index)
+        rows.append(row.model_copy(update={"log_ratio": r, "speedup": math.exp(r)}))
+    per_process = [[sum(run) / w for run in levels] for levels in (levels_c, levels_i)]
+    means = [sum(v) / len(v) for v in per_process]
+    dof = len(per_process[0]) + len(per_process[1]) - 2
+    ss = sum((x - m) ** 2 for v, m in zip(per_process, means, strict=True) for x in v)
+    se = math.sqrt(ss / dof) * math.sqrt(1 / len(per_process[0]) + 1 / len(per_process[1]))
+    speedup = math.exp(means[1] - means[0])
+    process_bar = math.exp(t_quantile(z, dof) * se)
+    threshold = max(within.threshold, process_bar)
+    better = speedup > threshold
+    procs = f"{len(candidate)} + {len(incumbent)} processes"
+    if better:
+        reason = (
+            f"geomean speedup {speedup:.4f}x over {w} workloads, {procs}, beats {threshold:.4f}x"
+        )
+    elif speedup <= 1.0 + min_gain:
+        reason = f"geomean speedup {speedup:.4f}x is not above the minimum gain {1 + min_gain:.4f}x"
+    else:
+        reason = (
+            f"geomean speedup {speedup:.4f}x is within noise: needs {threshold:.4f}x (within "
+            f"a process {within.threshold:.4f}x; between {procs} {process_bar:.4f}x, "
+            f"process spread {math.sqrt(ss / dof):.4f} in log latency)"
         )
     return Decision(
         better=better, speedup=speedup, threshold=threshold, per_workload=rows, reason=reason
