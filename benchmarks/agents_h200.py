@@ -63,6 +63,7 @@ def optimize(
     agents: str | None,
     device: str,
     compile_workers: int = 0,
+    workloads: str | None = None,
 ) -> dict[str, Any]:
     cmd = [
         sys.executable,
@@ -81,6 +82,7 @@ def optimize(
         "--json",
         *(["--agents", agents] if agents else []),
         *(["--compile-workers", str(compile_workers)] if compile_workers else []),
+        *(["--workloads", workloads] if workloads else []),
     ]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
@@ -286,7 +288,8 @@ def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
     vs_compile = geomean([w["compiled_ms"] / w["latency_ms"] for w in comp])
     return {
         "problem": name,
-        "correct": f"{len(ok)}/{len(per)}" if per else "no best",
+        "correct": (f"{len(ok)}/{len(per)}" if per else "no best")
+        + (f" of {r['workloads_total']}" if r.get("workloads") else ""),
         "vs_eager": vs_eager,
         "vs_compile": vs_compile,
         "compile_n": len(comp),
@@ -320,6 +323,12 @@ def main() -> None:
     ap.add_argument("--compile-workers", type=int, default=0, help="passed to optimize")
     ap.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a dry run)")
     ap.add_argument("--deadline", type=float, default=None, help="seconds for the whole script")
+    ap.add_argument(
+        "--workloads",
+        default=None,
+        help="passed to optimize: the search judges only these (indices or uuid prefixes, "
+        "comma-separated); the table then says 'n/k of N'",
+    )
     ap.add_argument(
         "--runs-dir",
         type=Path,
@@ -367,8 +376,11 @@ def main() -> None:
             args.agents,
             args.device,
             args.compile_workers,
+            args.workloads,
         )
         r["compile_workers"] = args.compile_workers
+        r["workloads"] = args.workloads
+        r["workloads_total"] = len(load_problem(problem_dir).workloads)
         results[key] = r
         try:
             r["bound_types"] = bound_types(problem_dir)

@@ -3,7 +3,8 @@
 Covered: two result files merged (a later file's problem replaces an earlier one's, an
 unfinished problem is left out with a message), geomeans over the merged rows, and a file
 that is not a result file named in the error, the code version each row was run with (and
-a warning when they differ). Not covered: the benchmark's GPU runs.
+a warning when they differ); the script run end to end on the CPU (the bundled example, a
+search on a subset of its workloads). Not covered: the benchmark's GPU runs.
 """
 
 from __future__ import annotations
@@ -114,3 +115,24 @@ def test_the_benchmark_records_its_commit() -> None:
         assert agents_h200.code_tree_version().split("+")[0] == agents_h200.code_tree()
     else:
         assert version.startswith("unknown") and agents_h200.code_tree_version() == "unknown"
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
+    """The script itself, as the device calls run it (a dry run on the CPU with the bundled
+    example, a search on 2 of its 6 workloads): a broken script would cost a device call."""
+    examples = SCRIPT.parents[1] / "src" / "kernelarc" / "examples"
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(SCRIPT), "--problems", str(examples), "--only", "rmsnorm_h512"]
+    cmd += ["--device", "cpu", "--budget", "1", "--agents", "reference", "--time-limit", "120"]
+    cmd += ["--compile-sample", "1", "--workloads", "0,1", "--out", str(out)]
+    cmd += ["--runs-dir", str(tmp_path / "runs")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    row = json.loads((out / "agents_bench.json").read_text())["rmsnorm_h512"]
+    s = row["summary"]
+    assert s["correct"] == "2/2 of 6" and s["winner"] == "reference", s
+    assert s["compile_n"] == 1 and s["vs_eager"] and s["vs_compile"], s
+    assert len(row["best"]["per_workload"]) == 2 and row["optimize"]["exit"] == 0
+    assert (out / "best-rmsnorm_h512.json").is_file()
+    assert any(line.startswith("rmsnorm_h512 2/2 of 6") for line in p.stdout.splitlines())

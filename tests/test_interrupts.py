@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 
 import pytest
 
@@ -13,6 +14,17 @@ from kernelarc.orchestration.interrupts import DeferredInterrupt
 
 def _press_ctrl_c() -> None:
     os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.fixture(autouse=True)
+def python_default_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler for each test, whatever the test run inherited (a shell
+    starts background jobs with SIGINT ignored); the inherited one back afterwards."""
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, inherited)
 
 
 def test_an_interrupt_waits_for_the_critical_section() -> None:
@@ -48,3 +60,18 @@ def test_a_section_left_by_an_error_keeps_the_interrupt_for_the_next_check() -> 
         guard.check()  # raised once
     finally:
         guard.uninstall()
+
+
+def test_an_ignored_sigint_stays_ignored() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a job a shell started with `&`
+    guard = DeferredInterrupt()
+    guard.install()
+    try:
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        with guard.critical():
+            _press_ctrl_c()
+        assert not guard.pending
+        guard.check()  # nothing to raise
+    finally:
+        guard.uninstall()
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN

@@ -19,6 +19,12 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "kernelarc.cli.main", *args]
 
 
+def _as_from_a_terminal() -> None:
+    """SIGINT's default in the child, also when this test run was started in the background
+    (where a shell starts jobs with SIGINT ignored, and `kernelarc optimize` keeps it so)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_sigint_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
     run = tmp_path / "run"
     args = [
@@ -32,7 +38,13 @@ def test_sigint_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
         str(run),
         *FAST,
     ]
-    proc = subprocess.Popen(_cli(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cli(*args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_as_from_a_terminal,
+    )
     deadline = time.monotonic() + 240
     assert proc.stderr is not None
     seen = []

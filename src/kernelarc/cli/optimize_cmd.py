@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from kernelarc.proposers.registry import DEFAULT_AGENTS
 
 if TYPE_CHECKING:
     from kernelarc.orchestration.config import RunConfig
+    from kernelarc.problem.loader import Problem
     from kernelarc.problem.schema import Solution
 
 SEED_AGENT = "seed"
@@ -107,6 +109,15 @@ def optimize_command(
             "again in a new process with empty JIT caches",
         ),
     ] = False,
+    workloads: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--workloads",
+            "-w",
+            help="judge only these workloads: uuid, uuid prefix or index; repeatable or "
+            "comma-separated (the solution is then verified on them only)",
+        ),
+    ] = None,
     seed_solution: Annotated[
         list[Path] | None,
         typer.Option(
@@ -144,6 +155,7 @@ def optimize_command(
             reference_fallback=not no_reference_fallback,
             compile_workers=compile_workers,
             confirm=not no_confirm,
+            workloads=workloads or [],
         )
     except KernelArcError as e:
         err.print(f"[red]error:[/] {escape(str(e))}")
@@ -179,6 +191,7 @@ def _optimize(
     reference_fallback: bool = True,
     compile_workers: int = 0,
     confirm: bool = True,
+    workloads: list[str] | None = None,
 ) -> dict[str, Any]:
     from pydantic import ValidationError
 
@@ -193,6 +206,7 @@ def _optimize(
     from kernelarc.store.sqlite import SQLiteStore
 
     problem = load_problem(problem_dir)
+    chosen = [w.uuid for w in problem.select(workloads)] if workloads else None
     seeds = _load_seeds(seed_solutions or [], problem.definition.name)
     if run_dir is None:
         if resume:
@@ -228,6 +242,7 @@ def _optimize(
             full=StageConfig(rounds=10, warmup=full_warmup, iterations=full_iterations),
             reference_fallback=reference_fallback,
             confirm=confirm,
+            workloads=chosen,
         )
     except ValidationError as e:
         raise KernelArcError(f"bad options: {e}") from None
@@ -242,7 +257,13 @@ def _optimize(
             err.print(
                 f"resuming {run_dir} (budget {config.budget}, agents {','.join(config.agents)})"
             )
+            if chosen is not None and chosen != config.workloads:
+                err.print(
+                    "[yellow]--workloads is not this run's: a resumed run judges the workloads "
+                    "it started with[/]"
+                )
         config = _seed_config(config, bool(seeds), resume)
+        problem = _narrowed(problem, config.workloads, err)
         agents = make_agents([n for n in config.agents if n != SEED_AGENT])
         if seeds:
             from kernelarc.proposers.seed import SeedAgent
@@ -276,6 +297,26 @@ def _optimize(
             return orch.run()
     finally:
         store.close()
+
+
+def _narrowed(problem: Problem, uuids: list[str] | None, err: Console) -> Problem:
+    """``problem`` with only the run's workloads (``RunConfig.workloads``), in the problem's
+    order; a uuid the problem no longer has is an error (the workload file changed)."""
+    if uuids is None:
+        return problem
+    known = {w.uuid for w in problem.workloads}
+    missing = [u for u in uuids if u not in known]
+    if missing:
+        raise KernelArcError(
+            f"the run judges workloads {missing[:3]} that {problem.root} no longer has: "
+            "resume it with the same workload file, or start a new run"
+        )
+    kept = tuple(w for w in problem.workloads if w.uuid in set(uuids))
+    err.print(
+        f"[yellow]judging {len(kept)} of the problem's {len(problem.workloads)} workloads "
+        "(--workloads): the solution is verified on these only[/]"
+    )
+    return dataclasses.replace(problem, workloads=kept)
 
 
 def _seed_config(config: RunConfig, seeded: bool, resume: bool) -> RunConfig:
@@ -363,6 +404,12 @@ def _print_status(summary: dict[str, Any], console: Console) -> None:
         f"passed {summary.get('passed')}, conclusions {summary.get('conclusions')}, "
         f"stopped: {summary.get('stopped')}"
     )
+    judged = summary.get("workloads")
+    if judged:
+        console.print(
+            f"[yellow]judged on {len(judged)} workloads only (--workloads): check the others "
+            "with `kernelarc eval PROBLEM_DIR --solution <best>`[/]"
+        )
     best = summary.get("best")
     if best:
         sp = best.get("speedup")

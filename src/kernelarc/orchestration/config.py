@@ -51,6 +51,9 @@ class RunConfig(BaseModel):
     reference_fallback: bool = True
     """When the chosen solution is slower than eager, judge the reference itself in full and
     return it instead if it is significantly faster (see ``finish``)."""
+    workloads: list[str] | None = Field(default=None, min_length=1)
+    """The uuids of the workloads the run judges (``--workloads``); None: all the problem's.
+    A solution found on a subset is verified on that subset only."""
     confirm: bool = True
     """Judge the chosen solution again in a new process with empty JIT caches before handing
     it over, and a runner-up when its speed does not reproduce (``confirm.py``)."""

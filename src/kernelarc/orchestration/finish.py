@@ -326,6 +326,7 @@ def run_status(store: Store, run_dir: Path) -> dict[str, Any]:
         "composed": sorted(composed),
         "fallback": sorted(c.id for c in cands if c.agent == FALLBACK),
         "confirmations": sorted(c.id for c in cands if c.agent == CONFIRMER),
+        "workloads": config.get("workloads"),
         "best": best,
         "stopped": (
             store.events("search_stopped")[-1].payload.get("reason")

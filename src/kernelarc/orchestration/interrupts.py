@@ -33,10 +33,15 @@ class DeferredInterrupt:
         self._installed = False
 
     def install(self) -> None:
-        """Take over SIGINT (main thread only; elsewhere nothing changes)."""
-        if threading.current_thread() is threading.main_thread() and not self._installed:
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-            self._installed = True
+        """Take over SIGINT (main thread only; elsewhere nothing changes). Where SIGINT is
+        ignored (a job started in the background by a shell: ``kernelarc optimize ... &``
+        in a script) it stays ignored, as a Ctrl-C at that terminal is not meant for it."""
+        if threading.current_thread() is not threading.main_thread() or self._installed:
+            return
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            return
+        self._previous = signal.signal(signal.SIGINT, self._handler)
+        self._installed = True
 
     def uninstall(self) -> None:
         if self._installed:

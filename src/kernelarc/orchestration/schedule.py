@@ -88,7 +88,8 @@ def warn_if_full_too_slow(
                 "time_left_s": round(max(orch.time_left_total(), 0.0)),
                 "why": f"a screening took {screen_s:.0f} s: one full evaluation of "
                 f"{len(orch.problem.workloads)} workloads should take about {est:.0f} s; "
-                "raise --time-limit or no candidate may pass the full protocol",
+                "raise --time-limit or judge fewer workloads (--workloads), or no candidate "
+                "may pass the full protocol",
             },
         )
 
