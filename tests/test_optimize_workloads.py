@@ -31,6 +31,8 @@ def test_a_run_on_chosen_workloads_judges_only_those_and_resume_keeps_them(
     assert "judging 2 of the problem's 6 workloads" in p.stderr, p.stderr
     assert "judged on 2 workloads only" in p.stdout, p.stdout
     assert _judged_uuids(run_dir) == {uuids[0], uuids[2]}
+    assert f"report: {run_dir / 'report.md'}" in p.stderr, p.stderr  # written at the end
+    assert "judged 2 chosen workload(s) only" in (run_dir / "report.md").read_text()
     status = json.loads(kernelarc(["status", str(run_dir), "--json"], tmp_path, 120).stdout)
     assert status["workloads"] == [uuids[0], uuids[2]], status
     assert status["best"]["all_passed"] is True, status

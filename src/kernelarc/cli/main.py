@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import typer
 
-from kernelarc.cli import agents_cmd, check_cmd, eval_cmd, optimize_cmd, problems_cmd, sol_cmd
+from kernelarc.cli import (
+    agents_cmd,
+    check_cmd,
+    eval_cmd,
+    optimize_cmd,
+    problems_cmd,
+    report_cmd,
+    sol_cmd,
+)
 
 app = typer.Typer(
     name="kernelarc",
@@ -19,6 +27,7 @@ app.command("problems")(problems_cmd.problems_command)
 app.command("sol")(sol_cmd.sol_command)
 app.command("optimize")(optimize_cmd.optimize_command)
 app.command("status")(optimize_cmd.status_command)
+app.command("report")(report_cmd.report_command)
 app.command("agents")(agents_cmd.agents_command)
 app.command("check-problems")(check_cmd.check_problems_command)
 

@@ -294,9 +294,28 @@ def _optimize(
                 bounds,
                 on_event=lambda k, p: _progress(k, p, err),
             )
-            return orch.run()
+            summary = orch.run()
     finally:
         store.close()
+    _report(run_dir, err)
+    return summary
+
+
+def _report(run_dir: Path, err: Console) -> None:
+    """Write the run's report; a failure is said, and the run's own result stands."""
+    from kernelarc.report import write_report
+
+    try:
+        written = write_report(run_dir)
+    except Exception as e:  # the run is recorded; only its report is missing
+        err.print(
+            f"[red]report not written[/] ({type(e).__name__}: {escape(str(e))}); "
+            f"try `kernelarc report {escape(str(run_dir))}`"
+        )
+        return
+    err.print(f"report: {escape(str(written.report))}")
+    if written.note:
+        err.print(f"[yellow]{escape(written.note)}[/]")
 
 
 def _narrowed(problem: Problem, uuids: list[str] | None, err: Console) -> Problem:

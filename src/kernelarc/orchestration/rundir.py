@@ -10,6 +10,8 @@ RUN_DIR/
   best/solution.json     the final, fully validated solution (SOL-ExecBench format)
   best/traces.jsonl      its full-protocol traces, one per workload
   summary.json           what ``kernelarc status --json`` prints
+  report.md              the result, the trajectory, the lessons (``kernelarc.report``;
+  trajectory.png         written by the CLI when the run ends, and by ``kernelarc report``)
 ```
 Files are written atomically (temp file + rename) or appended line by line, so a killed run
 leaves no half-written JSON.

@@ -1,0 +1,147 @@
+"""A run's report as Markdown: the result, the trajectory, the lessons learned.
+
+Covered: the handed-over solution and its per-workload results (latency, eager reference,
+speedup, fraction of the roofline bound where the run had one), each judged candidate in
+order, the conclusions grouped by agent, and the notable events. The text is built from a
+:class:`~kernelarc.report.trajectory.RunReport` only, so it can be tested without a run.
+Not covered: the picture (``plot.py``; the report links it when one was drawn).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kernelarc.report.trajectory import RunReport
+
+
+def _x(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}×"
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}"
+
+
+def _cell(text: object, limit: int = 120) -> str:
+    """One table cell: no pipes or newlines, at most ``limit`` characters."""
+    s = " ".join(str(text).replace("|", "/").split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def _geomean(values: Sequence[float]) -> float | None:
+    vals = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def _result(report: RunReport) -> list[str]:
+    best = report.summary.get("best")
+    if not best:
+        return ["**No solution passed the full protocol.** See the trajectory and events below."]
+    lines = [f"Solution: `{best['path']}` (candidate `{report.best_id}`"]
+    if report.best_origin:
+        lines[0] += f", the confirmation of `{report.best_origin}` in a new process"
+    lines[0] += ")."
+    if best.get("is_reference"):
+        lines.append(
+            "No candidate beat the eager reference: the solution is the reference's own code."
+        )
+    wls = report.best_workloads
+    ok = [w for w in wls if w.status == "PASSED" and w.latency_ms]
+    speed = _geomean([w.speedup for w in ok if w.speedup])
+    bound = _geomean([w.bound_ms / w.latency_ms for w in ok if w.bound_ms and w.latency_ms])
+    lines.append(
+        f"{len(ok)}/{len(wls)} workloads passed; geomean speedup over the eager reference "
+        f"{_x(speed)}" + (f"; {100 * bound:.1f}% of the roofline bound" if bound else "") + "."
+    )
+    if report.summary.get("workloads"):
+        lines.append(
+            f"The run judged {len(report.summary['workloads'])} chosen workload(s) only "
+            "(`--workloads`): the others are not verified (`kernelarc eval`)."
+        )
+    rows = [
+        (
+            ", ".join(f"{k}={v}" for k, v in w.axes.items()),
+            w.status,
+            _ms(w.latency_ms),
+            _ms(w.reference_ms),
+            _x(w.speedup),
+            "-" if not (w.bound_ms and w.latency_ms) else f"{100 * w.bound_ms / w.latency_ms:.1f}%",
+        )
+        for w in wls
+    ]
+    head = ("workload", "status", "ms", "eager ms", "speedup", "of bound")
+    return [*lines, "", *_table(head, rows)]
+
+
+def _trajectory(report: RunReport, picture: str | None) -> list[str]:
+    if not report.steps:
+        return ["No candidate was judged."]
+    lines = [f"![trajectory]({picture})", ""] if picture else []
+    rows = [
+        (
+            s.order,
+            f"{s.at_s:.0f}",
+            s.candidate_id,
+            s.agent,
+            s.parent_id or "-",
+            s.stage,
+            _x(s.score) if s.passed else f"failed ({s.stopped or 'see traces'})",
+            "yes" if s.improved else "",
+            _x(s.best_so_far),
+            s.hypothesis,
+        )
+        for s in report.steps
+    ]
+    head = ("#", "s", "candidate", "agent", "parent", "stage", "score", "kept", "best", "idea")
+    return [*lines, *_table(head, rows)]
+
+
+def _lessons(report: RunReport) -> list[str]:
+    if not report.conclusions:
+        return ["No conclusions were recorded."]
+    lines: list[str] = []
+    for agent in dict.fromkeys(c.agent for c in report.conclusions):
+        lines += ["", f"**{agent}**", ""]
+        for c in (c for c in report.conclusions if c.agent == agent):
+            effect = ", ".join(f"{k}: {v:.3g}×" for k, v in c.effect.items())
+            lines.append(
+                f"- {c.outcome}: {_cell(c.claim, 300)}" + (f" ({effect})" if effect else "")
+            )
+    return lines[1:]
+
+
+def _event_line(e: dict[str, Any]) -> str:
+    rest = {k: v for k, v in e.items() if k != "kind"}
+    text = e.get("why") or ", ".join(f"{k}={v}" for k, v in rest.items())
+    return f"- `{e['kind']}`: {_cell(text, 300)}"
+
+
+def render(report: RunReport, picture: str | None = None) -> str:
+    """The report's Markdown; ``picture``: the trajectory image's path relative to it."""
+    s, cfg = report.summary, report.config
+    head = [
+        f"# KernelArc run: {s.get('problem')}",
+        "",
+        f"Problem `{cfg.get('problem')}`, device `{cfg.get('device')}`, agents "
+        f"{', '.join(cfg.get('agents', []))}; budget {s.get('budget')}, "
+        f"{s.get('evaluated')} candidates judged, {s.get('passed')} passed the full "
+        f"protocol; stopped: {s.get('stopped')}. Run directory `{report.run_dir}`.",
+        "",
+        "## Result",
+        "",
+    ]
+    body = [*head, *_result(report), "", "## Trajectory", "", *_trajectory(report, picture)]
+    body += ["", "## Lessons learned", "", *_lessons(report)]
+    if report.notable:
+        body += ["", "## Events", "", *(_event_line(e) for e in report.notable)]
+    return "\n".join(body) + "\n"
