@@ -44,9 +44,9 @@ def draw(report: RunReport, path: Path) -> Path:
             label: str | None = agent  # the agent's first drawn mark is labelled
             mine = [s for s in steps if s.agent == agent]
             for stage, face in (("full", colour), ("screen", "none")):
-                pts = [s for s in mine if s.stage == stage and s.score]
+                pts = [(s.at_s, s.score) for s in mine if s.stage == stage and s.score is not None]
                 if pts:
-                    xs, ys = [s.at_s for s in pts], [s.score for s in pts]
+                    xs, ys = [x for x, _ in pts], [y for _, y in pts]
                     ax.scatter(xs, ys, facecolors=face, edgecolors=colour, label=label, zorder=3)
                     label = None
             failed = [s for s in mine if not s.score]
