@@ -25,19 +25,26 @@ def _as_from_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _seeds(tmp_path: Path) -> list[str]:
+    """Two PyTorch solutions of the example as --seed-solution arguments: candidates that
+    cost no compile (the run's budget of 3 is the reference and these)."""
+    base = json.loads((EXAMPLE / "solution_pytorch.json").read_text())
+    args = []
+    for i in (1, 2):
+        sol = {**base, "name": f"{base['name']}-seed{i}"}
+        sol["sources"] = [
+            {**src, "content": src["content"] + f"\n# seed {i}\n"} for src in base["sources"]
+        ]
+        path = tmp_path / f"seed{i}.json"
+        path.write_text(json.dumps(sol))
+        args += ["--seed-solution", str(path)]
+    return args
+
+
 def test_sigint_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    args = [
-        "optimize",
-        str(EXAMPLE),
-        "--agents",
-        "reference,compiler",
-        "--budget",
-        "3",
-        "--run-dir",
-        str(run),
-        *FAST,
-    ]
+    args = ["optimize", str(EXAMPLE), "--agents", "reference", "--budget", "3"]
+    args += ["--run-dir", str(run), *_seeds(tmp_path), *FAST]
     proc = subprocess.Popen(
         _cli(*args),
         stdout=subprocess.PIPE,
