@@ -460,9 +460,12 @@ def test_a_run_warns_once_when_a_full_evaluation_cannot_fit(
         warn_if_full_too_slow(orch, screened.model_copy(update={"per_workload": per[:1]}), 1e6)
         warn_if_full_too_slow(orch, screened, 1e6, compiles=True)  # compiling, not judging
         kinds = [e.kind for e in store.events()]
+        whys = [e.payload["why"] for e in store.events("full_protocol_too_slow")]
     finally:
         store.close()
     assert kinds.count("full_protocol_too_slow") == (1 if screen_s == 1000.0 else 0), kinds
+    for why in whys:  # what the user can do: more time, or fewer of the 6 workloads
+        assert "of 6 workload(s)" in why and "--time-limit or judge fewer workloads" in why, why
 
 
 @pytest.mark.parametrize("case", ["fails", "out of time"])

@@ -78,18 +78,19 @@ def warn_if_full_too_slow(
         return
     if len(screened.per_workload) < len(judge.screen_set):
         return
-    est = full_cost_estimate(screen_s, len(orch.problem.workloads), len(judge.screen_set))
+    n = len(orch.problem.workloads)
+    est = full_cost_estimate(screen_s, n, len(judge.screen_set))
     if est > orch.time_left_total():
         orch.full_cost_warned = True
+        fewer = " or judge fewer workloads (--workloads)," if n > 1 else ""
         orch.event(
             "full_protocol_too_slow",
             {
                 "estimated_s": round(est),
                 "time_left_s": round(max(orch.time_left_total(), 0.0)),
-                "why": f"a screening took {screen_s:.0f} s: one full evaluation of "
-                f"{len(orch.problem.workloads)} workloads should take about {est:.0f} s; "
-                "raise --time-limit or judge fewer workloads (--workloads), or no candidate "
-                "may pass the full protocol",
+                "why": f"a screening took {screen_s:.0f} s: one full evaluation of {n} "
+                f"workload(s) should take about {est:.0f} s; raise --time-limit{fewer} or no "
+                "candidate may pass the full protocol",
             },
         )
 
