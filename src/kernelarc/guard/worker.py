@@ -13,6 +13,12 @@ Requests and replies are JSON objects on pipes whose descriptors are passed on t
 line; the worker's stdout and stderr are a log file the parent reads, never the channel.
 A request that raises inside the guard's own code is answered with ``error: check-error``
 (the parent rejects the candidate: never fail open).
+
+A worker outlives no parent: when the parent dies without closing it (killed, out of
+memory), the request pipe's write end closes and a watch thread ends the worker at once,
+also in the middle of a long request (a 10-minute reference run, a hanging candidate),
+instead of holding the GPU until that request finishes. Not covered: a parent that is alive
+but stuck (its own deadlines are the parent's job).
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ import argparse
 import contextlib
 import os
 import platform
+import select
 import sys
+import threading
 import time
 import traceback
 from collections import OrderedDict
@@ -336,6 +344,24 @@ def serve(role: str, channel: Channel, warmed: Any = None) -> None:
         channel.send(reply)
 
 
+def _exit_with_parent(req_fd: int) -> None:
+    """A daemon thread that ends this process when no writer of ``req_fd`` is left (the
+    parent is gone). Polls for hang-up only (data waiting does not wake it); started before
+    any candidate code runs, with ``os._exit`` bound now, so that neither the sentinel's
+    thread snapshot nor a patched ``os._exit`` sees it."""
+    end = os._exit
+    watch = select.poll()
+    watch.register(req_fd, 0)  # POLLHUP and POLLERR are always reported
+
+    def run() -> None:
+        while True:
+            for _, event in watch.poll():
+                if event & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                    end(3)
+
+    threading.Thread(target=run, name="kernelarc-parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--role", choices=["reference", "candidate"], required=True)
@@ -348,6 +374,7 @@ def main(argv: list[str] | None = None) -> None:
         "request (early spares, which start while the previous candidate is judged)",
     )
     args = ap.parse_args(argv)
+    _exit_with_parent(args.req_fd)
     channel = Channel(args.req_fd, args.resp_fd)
     import torch  # noqa: F401  (import before the ready message: workers start warm)
 
