@@ -228,9 +228,13 @@ def code_tree_version() -> str:
     return tree + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def compile_baseline(problem_dir: Path, best: Path, sample: int, device: str) -> dict[str, Any]:
+def compile_baseline(
+    problem_dir: Path, best: Path, sample: int, device: str, workloads: str | None = None
+) -> dict[str, Any]:
+    """``workloads``: the run's ``--workloads`` (the sample is taken from those)."""
     problem = load_problem(problem_dir)
-    wls = sorted(problem.workloads, key=lambda w: estimate_input_bytes(problem.definition, w))
+    pool = problem.select([workloads]) if workloads else problem.workloads
+    wls = sorted(pool, key=lambda w: estimate_input_bytes(problem.definition, w))
     if sample == 1 and len(wls) > 1:
         wls = [wls[len(wls) // 2]]  # the median by input size
     elif sample and len(wls) > sample:
@@ -402,7 +406,9 @@ def main() -> None:
             r["compile"] = {"error": "skipped: --deadline passed", "workloads": []}
         elif best.exists() and args.compile_sample >= 0:
             try:
-                r["compile"] = compile_baseline(problem_dir, best, args.compile_sample, args.device)
+                r["compile"] = compile_baseline(
+                    problem_dir, best, args.compile_sample, args.device, args.workloads
+                )
             except Exception as e:  # recorded, and the table says "no compile baseline"
                 r["compile"] = {"error": f"{type(e).__name__}: {e}"[:1000], "workloads": []}
         r["summary"] = summarize(key, r)

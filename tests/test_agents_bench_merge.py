@@ -134,5 +134,7 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert s["correct"] == "2/2 of 6" and s["winner"] == "reference", s
     assert s["compile_n"] == 1 and s["vs_eager"] and s["vs_compile"], s
     assert len(row["best"]["per_workload"]) == 2 and row["optimize"]["exit"] == 0
+    run_uuids = {w["uuid"] for w in row["best"]["per_workload"]}
+    assert [w["uuid"] in run_uuids for w in row["compile"]["workloads"]] == [True]  # of the run's
     assert (out / "best-rmsnorm_h512.json").is_file()
     assert any(line.startswith("rmsnorm_h512 2/2 of 6") for line in p.stdout.splitlines())

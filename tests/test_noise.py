@@ -167,6 +167,13 @@ def test_a_clear_gain_across_processes_is_better() -> None:
     assert len(d.per_workload) == 2 and all(r.speedup > 1.08 for r in d.per_workload)
 
 
+def test_a_slower_candidate_across_processes_is_not_better() -> None:
+    # (The guard-level test of Guard.compare times the clearly faster direction only.)
+    d = is_better_across(processes(1.2, [1.0] * 4, seed=5), processes(1.0, [1.0] * 4, seed=6))
+    assert not d.better and d.speedup == pytest.approx(1 / 1.2, rel=0.01), d.reason
+    assert "not above the minimum gain" in d.reason
+
+
 def test_same_code_in_noisy_processes_is_never_better() -> None:
     for seed in range(20):
         rng = random.Random(seed)

@@ -1,5 +1,5 @@
 # expect: TIMEOUT
-# timeout: 10
+# timeout: 5
 # why: sleeps forever (the GIL is released, so only an outside clock can stop it)
 import time
 
