@@ -24,7 +24,7 @@ from kernelarc.problem.loader import load_problem
 from kernelarc.proposers.scripted import ScriptedAgent
 from kernelarc.report import PICTURE, write_report
 from kernelarc.report.markdown import render
-from kernelarc.report.trajectory import read_run
+from kernelarc.report.trajectory import RunReport, read_run
 from kernelarc.store.sqlite import SQLiteStore
 
 
@@ -39,12 +39,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Search]:
         yield search(guard, problem, tmp_path_factory.mktemp("report"), [a, b], budget=4)
 
 
-def test_the_trajectory_is_every_judged_candidate_in_order(run: Search) -> None:
+def _read(run: Search) -> RunReport:
     store = SQLiteStore(run.run_dir / "store.sqlite", readonly=True)
     try:
-        data = read_run(store, run.run_dir)
+        return read_run(store, run.run_dir)
     finally:
         store.close()
+
+
+def test_the_trajectory_is_every_judged_candidate_in_order(run: Search) -> None:
+    data = _read(run)
     judged = [p["candidate"] for p in run.payloads("evaluated")]
     assert [s.candidate_id for s in data.steps] == judged, run.describe()
     assert len(data.steps) == run.summary["evaluated"] == 4
@@ -91,11 +95,7 @@ def test_without_matplotlib_the_report_says_there_is_no_picture(
 
 
 def test_a_run_without_a_solution_says_so(run: Search) -> None:
-    store = SQLiteStore(run.run_dir / "store.sqlite", readonly=True)
-    try:
-        data = read_run(store, run.run_dir)
-    finally:
-        store.close()
+    data = _read(run)
     empty = data.model_copy(update={"summary": {**data.summary, "best": None}, "steps": []})
     text = render(empty)
     assert "**No solution passed the full protocol.**" in text
