@@ -266,11 +266,20 @@ class CandidateRole:
         outs = self.definition.outputs
         return normalize_outputs(ret, len(outs), list(outs))
 
-    def _output_violations(self, outs: tuple[Any, ...], inputs: list[Any]) -> list[Violation]:
+    def _output_violations(
+        self, outs: tuple[Any, ...], inputs: list[Any], aliases: dict[str, str]
+    ) -> list[Violation]:
+        """Outputs that are not plain tensors on the device. An output sharing memory with
+        an input goes to ``aliases`` (output name -> input name): allowed only where the
+        reference writes that input itself (the parent decides, ``session.py``)."""
         import torch
 
         found = []
-        ranges = [_storage_range(t) for t in inputs if isinstance(t, torch.Tensor)]
+        ranges = [
+            (name, _storage_range(t))
+            for name, t in zip(self.definition.inputs, inputs, strict=False)
+            if isinstance(t, torch.Tensor)
+        ]
         for name, t in zip(self.definition.outputs, outs, strict=False):
             if not isinstance(t, torch.Tensor) and not isinstance(t, _HONEST_MISTAKES):
                 found.append(
@@ -291,10 +300,9 @@ class CandidateRole:
                 )
             elif isinstance(t, torch.Tensor) and not self.dps and t.numel():
                 lo, hi = _storage_range(t)
-                if any(lo < b and a < hi for a, b in ranges):
-                    found.append(
-                        Violation("output-aliases-input", f"{name} shares memory with an input")
-                    )
+                shared = [n for n, (a, b) in ranges if lo < b and a < hi]
+                if shared:
+                    aliases[name] = shared[0]
         return found
 
     def _write(
@@ -385,16 +393,20 @@ class CandidateRole:
             }
         found = self.sentinel.check_after_call()
         with self.sentinel.harness():
-            for name, a, b in zip(self.definition.inputs, inputs, pristine, strict=True):
-                if isinstance(a, torch.Tensor) and not (
+            wrote = [  # judged by the parent against what the reference itself writes
+                name
+                for name, a, b in zip(self.definition.inputs, inputs, pristine, strict=True)
+                if isinstance(a, torch.Tensor)
+                and not (
                     a.shape == b.shape
                     and a.dtype == b.dtype
                     and torch.equal(
                         a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
                     )
-                ):
-                    found.append(Violation("input-mutation", f"input {name} was modified"))
-            found += self._output_violations(outs, inputs)
+                )
+            ]
+            aliases: dict[str, str] = {}
+            found += self._output_violations(outs, inputs, aliases)
             bad = self._bad_count(outs)
             if bad:
                 return {**bad, "violations": _viol(self.sentinel.take() + found)}
@@ -404,6 +416,7 @@ class CandidateRole:
         return {
             "ok": True,
             "outputs": headers,
+            "writes": {"inputs": wrote, "aliases": aliases},
             "violations": _viol(self.sentinel.take() + found),
             "precision": self.sentinel.precision_changes(),
         }

@@ -295,7 +295,10 @@ class CandidateSession:
         outcome: WorkloadOutcome,
         deadline: float,
         what: str,
+        writes: Any = None,
     ) -> None:
+        """``writes``: what the candidate's call wrote of its inputs (its run reply's
+        ``writes``), checked against what the reference writes; None: not a run."""
         wj = wl.model_dump(mode="json")
         objects = [h for h in headers if h.get("kind") == "object"]
         if objects:
@@ -305,6 +308,8 @@ class CandidateSession:
             )
         ran = self._ref({"op": "run", "workload": wj, "seed": seed}, deadline)
         outcome.notes += [n for n in ran.get("notes") or [] if n not in outcome.notes]
+        if writes is not None:
+            _check_writes(writes, ran.get("writes"), what)
         reply = self._ref(
             {
                 "op": "compare",
@@ -365,7 +370,9 @@ class CandidateSession:
             deadline,
             what,
         )
-        self._judge_round(wl, seed, reply["outputs"], outcome, deadline, what)
+        if "writes" not in reply:  # the harness always says; a reply without it was tampered
+            raise hack("check-error", f"{what}: the candidate worker's reply lacks 'writes'")
+        self._judge_round(wl, seed, reply["outputs"], outcome, deadline, what, reply["writes"])
 
     def _judge(self, wl: Workload, outcome: WorkloadOutcome, deadline: float) -> None:
         cfg, wj, uuid = self.cfg, wl.model_dump(mode="json"), wl.uuid
@@ -466,6 +473,29 @@ class CandidateSession:
             self.worker.close()
             self.worker = None
         self.guard.prepare_spare()
+
+
+def _check_writes(writes: Any, allowed: Any, what: str) -> None:
+    """A candidate may write in place (and return) only the inputs the reference itself
+    writes on this workload (``ReferenceRole.writes``: a KV-cache update); any other write
+    or alias is a reward hack, as is a malformed report (never fail open)."""
+    ok_names = isinstance(allowed, list) and all(isinstance(n, str) for n in allowed)
+    inputs = writes.get("inputs") if isinstance(writes, dict) else None
+    aliases = writes.get("aliases") if isinstance(writes, dict) else None
+    if not (
+        ok_names
+        and isinstance(inputs, list)
+        and all(isinstance(n, str) for n in inputs)
+        and isinstance(aliases, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items())
+    ):
+        raise hack("check-error", f"{what}: malformed input-write report {writes!r:.200}")
+    for name in inputs:
+        if name not in allowed:
+            raise hack("input-mutation", f"{what}: input {name} was modified")
+    for out, name in aliases.items():
+        if name not in allowed:
+            raise hack("output-aliases-input", f"{what}: {out} shares memory with input {name}")
 
 
 def _reply_verdict(reply: dict[str, Any]) -> Verdict:

@@ -116,6 +116,9 @@ class ReferenceRole:
         sys.modules[self.module.__name__] = self.module
         self.cache: OrderedDict[tuple[str, int], tuple[Any, ...]] = OrderedDict()
         self.cache_bytes = 0
+        self.writes: dict[str, list[str]] = {}
+        """Per workload, the inputs the reference itself writes in place (a KV-cache update):
+        a candidate may write those too (``session.py``), and no others."""
         self.input_notes: dict[str, list[str]] = {}
         """Notes of the input generation per workload (e.g. generated stand-ins for blobs)."""
         self.cache_limit = int(msg.get("cache_bytes", 1 << 30))
@@ -166,16 +169,27 @@ class ReferenceRole:
         key = (wl.uuid, int(msg["seed"]))
         if key in self.cache:
             self.cache.move_to_end(key)
-            return {"ok": True, "cached": True, "notes": self.input_notes.get(wl.uuid, [])}
+            return {
+                "ok": True,
+                "cached": True,
+                "notes": self.input_notes.get(wl.uuid, []),
+                "writes": self.writes.get(wl.uuid, []),
+            }
         try:
             gen = self._inputs(wl, key[1])
             self.input_notes[wl.uuid] = list(gen.notes)
+            before = {n: _version(t) for n, t in gen.values.items()}
             outs = normalize_outputs(
                 self.module.run(*gen.values.values()),
                 len(self.definition.outputs),
                 list(self.definition.outputs),
             )
             self._check_ref_outputs(outs, resolve_axes(self.definition, wl))
+            self.writes[wl.uuid] = sorted(
+                n
+                for n, t in gen.values.items()
+                if before[n] is not None and _version(t) != before[n]
+            )
         except Exception as e:
             return {
                 "error": "reference",
@@ -188,7 +202,7 @@ class ReferenceRole:
         while self.cache_bytes > self.cache_limit and len(self.cache) > 1:
             _, old = self.cache.popitem(last=False)
             self.cache_bytes -= sum(t.numel() * t.element_size() for t in old)
-        return {"ok": True, "cached": False, "notes": gen.notes}
+        return {"ok": True, "cached": False, "notes": gen.notes, "writes": self.writes[wl.uuid]}
 
     def emulated(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The low-precision ops the reference has run emulated in this process so far."""
@@ -294,6 +308,19 @@ class ReferenceRole:
 #: of it (tens of GB of weights and gradients), one worker ran out of memory while the other
 #: still cached what its last request had freed. Above this, a worker hands it back.
 CACHED_BYTES_KEPT = 1 << 30
+
+
+def _version(t: Any) -> int | None:
+    """A tensor's in-place version counter (every in-place torch op on it or a view of it
+    bumps it; the reference is trusted PyTorch code), or None for what has none."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        return None
+    try:
+        return int(t._version)
+    except RuntimeError:  # inference tensors keep no counter: counted as not written
+        return None
 
 
 def release_cached(device: Any) -> None:
