@@ -9,10 +9,10 @@ Not covered: the picture (``plot.py``; the report links it when one was drawn).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from kernelarc.orchestration.judge import geomean
 from kernelarc.report.trajectory import RunReport
 
 
@@ -38,11 +38,6 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
     return out
 
 
-def _geomean(values: Sequence[float]) -> float | None:
-    vals = [v for v in values if v > 0]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
-
-
 def _result(report: RunReport) -> list[str]:
     best = report.summary.get("best")
     if not best:
@@ -57,8 +52,8 @@ def _result(report: RunReport) -> list[str]:
         )
     wls = report.best_workloads
     ok = [w for w in wls if w.status == "PASSED" and w.latency_ms]
-    speed = _geomean([w.speedup for w in ok if w.speedup])
-    bound = _geomean([w.bound_ms / w.latency_ms for w in ok if w.bound_ms and w.latency_ms])
+    speed = geomean([w.speedup for w in ok if w.speedup])
+    bound = geomean([w.bound_ms / w.latency_ms for w in ok if w.bound_ms and w.latency_ms])
     lines.append(
         f"{len(ok)}/{len(wls)} workloads passed; geomean speedup over the eager reference "
         f"{_x(speed)}" + (f"; {100 * bound:.1f}% of the roofline bound" if bound else "") + "."
