@@ -64,6 +64,7 @@ def optimize(
     device: str,
     compile_workers: int = 0,
     workloads: str | None = None,
+    cupti: str = "auto",
 ) -> dict[str, Any]:
     cmd = [
         sys.executable,
@@ -83,6 +84,8 @@ def optimize(
         *(["--agents", agents] if agents else []),
         *(["--compile-workers", str(compile_workers)] if compile_workers else []),
         *(["--workloads", workloads] if workloads else []),
+        "--cupti",
+        cupti,
     ]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
@@ -229,9 +232,15 @@ def code_tree_version() -> str:
 
 
 def compile_baseline(
-    problem_dir: Path, best: Path, sample: int, device: str, workloads: str | None = None
+    problem_dir: Path,
+    best: Path,
+    sample: int,
+    device: str,
+    workloads: str | None = None,
+    cupti: str = "auto",
 ) -> dict[str, Any]:
-    """``workloads``: the run's ``--workloads`` (the sample is taken from those)."""
+    """``workloads``: the run's ``--workloads`` (the sample is taken from those); ``cupti``:
+    the run's timer (the same clock on both sides of every ratio)."""
     problem = load_problem(problem_dir)
     pool = problem.select([workloads]) if workloads else problem.workloads
     wls = sorted(pool, key=lambda w: estimate_input_bytes(problem.definition, w))
@@ -240,7 +249,7 @@ def compile_baseline(
     elif sample and len(wls) > sample:
         idx = sorted({round(i * (len(wls) - 1) / (sample - 1)) for i in range(sample)})
         wls = [wls[i] for i in idx]
-    cfg = GuardConfig(device=device, time_compiled_reference=True, warm_spare=False)
+    cfg = GuardConfig(device=device, time_compiled_reference=True, warm_spare=False, cupti=cupti)
     t0 = time.monotonic()
     with Guard(problem, cfg) as guard:
         res = guard.evaluate(load_solution(best), wls)
@@ -334,6 +343,12 @@ def main() -> None:
         "comma-separated); the table then says 'n/k of N'",
     )
     ap.add_argument(
+        "--cupti",
+        default="auto",
+        choices=("auto", "on", "off"),
+        help="the guard's timer, passed to optimize and used for the compile baseline",
+    )
+    ap.add_argument(
         "--runs-dir",
         type=Path,
         default=None,
@@ -381,7 +396,9 @@ def main() -> None:
             args.device,
             args.compile_workers,
             args.workloads,
+            args.cupti,
         )
+        r["cupti"] = args.cupti
         r["compile_workers"] = args.compile_workers
         r["workloads"] = args.workloads
         r["workloads_total"] = len(load_problem(problem_dir).workloads)
@@ -407,7 +424,12 @@ def main() -> None:
         elif best.exists() and args.compile_sample >= 0:
             try:
                 r["compile"] = compile_baseline(
-                    problem_dir, best, args.compile_sample, args.device, args.workloads
+                    problem_dir,
+                    best,
+                    args.compile_sample,
+                    args.device,
+                    args.workloads,
+                    args.cupti,
                 )
             except Exception as e:  # recorded, and the table says "no compile baseline"
                 r["compile"] = {"error": f"{type(e).__name__}: {e}"[:1000], "workloads": []}

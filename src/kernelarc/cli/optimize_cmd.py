@@ -89,6 +89,13 @@ def optimize_command(
             min=0,
         ),
     ] = 0,
+    cupti: Annotated[
+        str,
+        typer.Option(
+            help="the guard's timer: auto (CUPTI kernel spans when available), on, or off "
+            "(CUDA events; much cheaper on calls that launch thousands of kernels)"
+        ),
+    ] = "auto",
     full_iterations: Annotated[int, typer.Option(help="timed calls, full protocol")] = 50,
     full_warmup: Annotated[int, typer.Option(help="warm-up calls, full protocol")] = 10,
     json_out: Annotated[
@@ -156,6 +163,7 @@ def optimize_command(
             compile_workers=compile_workers,
             confirm=not no_confirm,
             workloads=workloads or [],
+            cupti=cupti,
         )
     except KernelArcError as e:
         err.print(f"[red]error:[/] {escape(str(e))}")
@@ -192,6 +200,7 @@ def _optimize(
     compile_workers: int = 0,
     confirm: bool = True,
     workloads: list[str] | None = None,
+    cupti: str = "auto",
 ) -> dict[str, Any]:
     from pydantic import ValidationError
 
@@ -233,6 +242,7 @@ def _optimize(
             seed=seed,
             timeout_s=timeout,
             compile_workers=compile_workers,
+            cupti=cupti,
             memory=not no_memory,
             board=not no_board,
             drafting=not no_drafting,
@@ -274,6 +284,7 @@ def _optimize(
             timeout=config.timeout_s,
             seed=config.seed,
             compile_workers=config.compile_workers,
+            cupti=config.cupti,
         )
         with Guard(problem, gcfg) as guard:
             bounds, warnings = workload_bounds(problem.definition, problem.workloads, guard.device)

@@ -30,6 +30,10 @@ class RunConfig(BaseModel):
     timeout_s: float = Field(default=300.0, gt=0)
     compile_workers: int = Field(default=0, ge=0)
     """Inductor compile workers for the guard's compile pass (``GuardConfig``); 0: none."""
+    cupti: str = Field(default="auto", pattern="^(auto|on|off)$")
+    """The guard's timer (``GuardConfig.cupti``): CUPTI kernel spans when available (auto),
+    or CUDA events (off), e.g. for calls of thousands of kernels, where CUPTI adds about a
+    second per call (docs/PERFORMANCE.md, session 8)."""
     memory: bool = True
     board: bool = True
     drafting: bool = True
