@@ -15,8 +15,14 @@ draft request the agent has no other approach: it proposes its next planned set.
 The reference is traced with the workloads known (:mod:`.trace`): Python control flow on
 shapes (asserts, shape unpacking, branches every workload takes alike) is evaluated, so
 98 of the 156 dev references trace and 32 get a rewrite that gains (2026-12-01, with the
-workloads' scalar values; 84 and 26 with the plain fx trace). Not covered: rewriting
-other agents' candidates, FP8 ``_scaled_mm`` and MoE grouped GEMM (see :mod:`.rewrites`).
+workloads' scalar values; 84 and 26 with the plain fx trace).
+
+A reference that does not trace, or gains nothing from the fx families, may still loop over
+experts asking ``torch.where(mask[i])`` in every iteration: the ``loops`` family
+(:mod:`.loops`, a source rewrite, exact) then computes all iterations' indices with one
+device wait; it applies to 3 of the 156 dev references (L2 MoE loops). Not covered:
+rewriting other agents' candidates, FP8 ``_scaled_mm`` and MoE grouped GEMM (see
+:mod:`.rewrites`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from kernelarc.proposers.builtin import (
     outcome_of,
 )
 from kernelarc.proposers.rewrite.codegen import CodegenError
+from kernelarc.proposers.rewrite.loops import LoopRewriteError, hoist_wheres
 from kernelarc.proposers.rewrite.rewrites import (
     FAMILIES,
     RewriteError,
@@ -48,6 +55,16 @@ from kernelarc.proposers.rewrite.trace import UntraceableError
 
 log = logging.getLogger(__name__)
 ENTRY = "run"
+LOOPS = "loops"
+"""The source-level family (:mod:`.loops`), proposed alone when no fx family applies."""
+KNOWN = (*FAMILIES, LOOPS)
+
+
+_HYPOTHESIS_LOOPS = (
+    "The reference waits for the device in every loop iteration (torch.where's length is "
+    "data); computing all iterations' indices with one wait ({label}; bit-exact) lets the "
+    "host queue the loop's kernels ahead of the device."
+)
 
 
 class RewriteAgent(Agent):
@@ -83,12 +100,23 @@ class RewriteAgent(Agent):
                 context.scalars,
             )
         except (UntraceableError, RewriteError, CodegenError) as e:
-            self._skip(str(e))
-            return None
+            return self._loops_or_skip(context, str(e))
         if not full.families:
-            self._skip("no rewrite that gains at run time applies to the reference's graph")
-            return None
+            return self._loops_or_skip(
+                context, "no rewrite that gains at run time applies to the reference's graph"
+            )
         return list(full.families)
+
+    def _loops_or_skip(self, context: AgentContext, why: str) -> list[str] | None:
+        try:
+            _, hoisted = hoist_wheres(context.definition.reference, ENTRY)
+        except LoopRewriteError as e:
+            self._skip(f"{why}; loops: {e}")
+            return None
+        if not hoisted:
+            self._skip(f"{why}; no torch.where in a loop to hoist")
+            return None
+        return [LOOPS]
 
     def next_set(self) -> list[str] | None:
         """The next family set of the plan (None when it is spent)."""
@@ -125,28 +153,34 @@ class RewriteAgent(Agent):
         if chosen is None:
             return None
         try:
-            rewritten = apply_families(definition, context.workloads, chosen, context.scalars)
-            source = solution_source(definition, rewritten)
-        except (UntraceableError, RewriteError, CodegenError) as e:
+            if chosen == [LOOPS]:
+                source, hoisted = hoist_wheres(definition.reference, ENTRY)
+                label, is_exact = f"{hoisted} torch.where of expert loops hoisted", True
+            else:
+                rewritten = apply_families(definition, context.workloads, chosen, context.scalars)
+                source = solution_source(definition, rewritten)
+                label, is_exact = rewritten.label(), rewritten.exact
+        except (UntraceableError, RewriteError, CodegenError, LoopRewriteError) as e:
             self._skip(f"families {chosen}: {e}")
             return None
         self._classes = WorkloadClasses.of(definition, context.workloads)
         self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
-        label = rewritten.label()
         self._tried.append({"families": chosen, "label": label, "passed": None})
         n = len(self._tried)
-        exact = "bit-exact" if rewritten.exact else "same function, rounding may differ"
+        exact = "bit-exact" if is_exact else "same function, rounding may differ"
         solution = make_solution(
             definition,
             agent=self.name,
             name=f"{definition.name}-rewrite-{'+'.join(chosen)}-{n}",
-            description=f"The reference's fx graph with {label} ({exact}).",
+            description=f"The reference with {label} ({exact}).",
             source=source,
             entry=ENTRY,
         )
         return Proposal(
             solution=solution,
-            hypothesis=f"Rewriting the reference graph ({label}; {exact}) replaces chains of "
+            hypothesis=_HYPOTHESIS_LOOPS.format(label=label)
+            if chosen == [LOOPS]
+            else f"Rewriting the reference graph ({label}; {exact}) replaces chains of "
             "eager kernels by fused library calls, cutting launches and memory traffic.",
             parent_id=context.incumbent.candidate_id if context.incumbent else None,
             mode="draft" if context.must_draft else "refine",
@@ -162,7 +196,8 @@ class RewriteAgent(Agent):
         effect = effect_by_class(result.per_workload, self._classes, self._baseline_ms)
         overall = geomean(list(effect.values()))
         n = len(result.per_workload)
-        head = f"fx rewrite of the reference ({label})"
+        kind = "source rewrite" if families == [LOOPS] else "fx rewrite"
+        head = f"{kind} of the reference ({label})"
         if result.passed:
             score = f"{result.score:.2f}x" if result.score is not None else "unmeasured speedup"
             claim = f"{head}: passed, {score} over eager on {n}/{n} workloads"
@@ -199,7 +234,7 @@ class RewriteAgent(Agent):
         if skipped is not None and not isinstance(skipped, str):
             raise ValueError(f"rewrite agent state: 'skipped' must be a string, got {skipped!r}")
         if families is not None and (
-            not isinstance(families, list) or any(f not in FAMILIES for f in families)
+            not isinstance(families, list) or any(f not in KNOWN for f in families)
         ):
             raise ValueError(f"rewrite agent state: bad 'families' {families!r}")
         if not isinstance(tried, list):
@@ -211,7 +246,7 @@ class RewriteAgent(Agent):
             if not isinstance(t, dict) or set(t) != {"families", "label", "passed"}:
                 raise ValueError(f"rewrite agent state: bad 'tried' entry {t!r}")
             fams, label, passed = t["families"], t["label"], t["passed"]
-            if not isinstance(fams, list) or any(f not in FAMILIES for f in fams):
+            if not isinstance(fams, list) or any(f not in KNOWN for f in fams):
                 raise ValueError(f"rewrite agent state: bad families in {t!r}")
             if not isinstance(label, str) or passed not in (None, True, False):
                 raise ValueError(f"rewrite agent state: bad label/passed in {t!r}")
