@@ -401,20 +401,22 @@ def _check_escape(
 def pool_size(input_bytes: int, calls: int, device: Any, cap: int = 0) -> int:
     """How many distinct input sets to keep: all calls when they fit in a memory budget
     (a fifth of free device memory, at most 2 GiB; 1 GiB on the CPU), at least 2 — except
-    when a second set would take over half of the free memory (inputs of tens of GB): then
-    one, moved to a new address before every call (pointers still never repeat, but a
-    result cached by the inputs' content is not defeated, see docs/GUARD.md). ``cap`` (when
-    positive) is the most sets kept."""
+    when a second set would take over a quarter of the free device memory (half on the CPU;
+    inputs of tens of GB): then one, moved to a new address before every call (pointers
+    still never repeat, but a result cached by the inputs' content is not defeated, see
+    docs/GUARD.md). A quarter on a GPU because the other worker shares it: on the H200,
+    L2 025's 25.7 GB sets were refused at half, and the two workers ran it out of memory.
+    ``cap`` (when positive) is the most sets kept."""
     import torch
 
     per = max(int(input_bytes), 1)
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        budget = min(2 << 30, free // 5)
+        budget, share = min(2 << 30, free // 5), 4
     else:
         free = _host_available()
-        budget = 1 << 30
-    if free and per > free // 2:
+        budget, share = 1 << 30, 2
+    if free and per > free // share:
         return 1
     n = int(max(2, min(calls, budget // per)))
     return min(n, cap) if cap > 0 else n

@@ -31,7 +31,9 @@ used wherever cuBLASLt accepts the algorithm for that problem (else the default)
 why the wrapper checks the GPU itself and ignores the table on another GPU.
 
 When ``propose`` returns None: the device is not CUDA, this torch has no TunableOp (the CPU
-CI case), every base was tried, or the base ran without any GEMM reaching TunableOp. When
+CI case), every base was tried, the base ran without any GEMM reaching TunableOp, or the
+largest workload's inputs would not fit beside the guard's (:func:`fits_beside_guard`; the
+reason is kept in :attr:`GemmTablesAgent.skipped` and logged). When
 tuning fails with nothing tuned (timeout, crash, the base does not load) ``propose`` raises
 :class:`TuningFailed` with the subprocess's stderr (the orchestrator records it and shows
 it as feedback); a timeout after some GEMMs were tuned ships the partial table and says so
@@ -47,7 +49,9 @@ through ``at::cuda::blas`` (Triton templates of max-autotune, cuDNN).
 
 from __future__ import annotations
 
+import logging
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -56,8 +60,9 @@ from pydantic import BaseModel, ConfigDict
 
 from kernelarc.agents.base import Agent
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
+from kernelarc.problem.inputs import estimate_input_bytes
 from kernelarc.problem.loader import Problem
-from kernelarc.problem.schema import Solution, Workload
+from kernelarc.problem.schema import Definition, Solution, Workload
 from kernelarc.proposers.builtin import (
     WorkloadClasses,
     _board_parent,
@@ -84,6 +89,7 @@ TABLE_FILE = "kernelarc_tunableop.csv"
 WRAPPER_FILE = "kernelarc_gemm_tables.py"
 WRAPPER_ENTRY = "kernelarc_entry"
 DEFAULT_TIMEOUT_S = 300.0
+log = logging.getLogger(__name__)
 
 
 class TuningFailed(RuntimeError):
@@ -239,6 +245,32 @@ def _is_pytorch(sol: Solution) -> bool:
     )
 
 
+#: Input sets the device must hold while a tuning run goes on beside the guard: the
+#: reference and candidate workers each hold a workload's inputs and outputs, and so does
+#: the tuning subprocess (outputs counted as large as the inputs).
+INPUT_SETS_ON_DEVICE = 6
+
+
+def fits_beside_guard(
+    definition: Definition, workloads: Sequence[Workload], device: str
+) -> str | None:
+    """None when the tuning run fits on ``device`` beside the guard's workers, else why not.
+    On the H200, L2 025 (25.7 GB of inputs per workload): the tuning run beside the guard
+    ran the device out of memory, and the guard's checks of other candidates with it."""
+    import torch
+
+    largest = max((estimate_input_bytes(definition, w) for w in workloads), default=0)
+    total = int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    if INPUT_SETS_ON_DEVICE * largest <= total:
+        return None
+    gib = 1 << 30
+    return (
+        f"the largest workload's inputs take {largest / gib:.1f} GiB: a tuning run beside the "
+        f"guard's two workers needs about {INPUT_SETS_ON_DEVICE * largest / gib:.0f} GiB of "
+        f"the device's {total / gib:.0f} GiB"
+    )
+
+
 class GemmTablesAgent(Agent):
     """Tunes the base's GEMMs with TunableOp and ships the table (one base per call)."""
 
@@ -260,6 +292,7 @@ class GemmTablesAgent(Agent):
         self._pending: dict[str, Any] | None = None
         self._baseline_ms: dict[str, float] = {}
         self._classes = WorkloadClasses()
+        self.skipped: str | None = None
 
     # -------------------------------------------------------------- proposing
     def _bases(self, context: AgentContext) -> list[Base]:
@@ -289,6 +322,14 @@ class GemmTablesAgent(Agent):
 
     def propose(self, context: AgentContext) -> Proposal | None:
         if not context.device.startswith("cuda") or tunableop_missing() is not None:
+            return None
+        if self.skipped is None:
+            self.skipped = fits_beside_guard(
+                context.definition, self._workloads(context), context.device
+            )
+            if self.skipped is not None:
+                log.info("gemm-tables proposes nothing: %s", self.skipped)
+        if self.skipped is not None:
             return None
         base = self._next_base(context)
         if base is None:
