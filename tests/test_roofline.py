@@ -204,6 +204,21 @@ def test_bounds_on_cuda_recount_what_meta_and_cpu_cannot_on_the_gpu() -> None:
         assert "--count-on cuda" not in warnings[0]  # no advice to try what was tried
 
 
+def test_a_count_in_a_child_process_equals_the_count_here_and_raises_its_failures() -> None:
+    """GPU counts run in a spawned child (its memory goes back when it exits); on the CPU
+    the same helper must give what the in-process count gives, notes included."""
+    from kernelarc.problem.axes import resolve_axes
+    from kernelarc.roofline.flops import run_counted_in_child
+
+    d, wl = data_dependent(), workload(M=6)
+    by_class, ops, notes = run_counted_in_child(d, wl, resolve_axes(d, wl), "cpu")
+    here = count_workload(d, wl, device="cpu")
+    assert by_class == here.flops_by_class == {"fp32": 2 * 6 * 48 * 40}
+    assert ops == here.ops and notes == []
+    with pytest.raises(Exception, match="nonzero"):  # meta cannot run the reference
+        run_counted_in_child(d, wl, resolve_axes(d, wl), "meta")
+
+
 def test_item_reads_on_meta_use_placeholders_and_say_so() -> None:
     d = make_definition(
         {
