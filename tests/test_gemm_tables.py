@@ -336,3 +336,14 @@ def test_tunes_and_passes_the_guard_on_cuda(problem: Problem, tmp_path: Path) ->
         ev = guard.evaluate(proposal.solution, rounds=2)
     statuses = [(o.status.value, o.check, o.log[:400]) for o in ev.outcomes]
     assert all(s[0] == "PASSED" for s in statuses), statuses
+
+
+def test_no_tuning_beside_the_guard_when_the_inputs_crowd_the_device() -> None:
+    from kernelarc.problem.loader import load_problem
+    from kernelarc.proposers.gemm_tables import fits_beside_guard
+
+    problem = load_problem(example_dir("gemm_small"))
+    d, wls = problem.definition, problem.workloads
+    assert fits_beside_guard(d, wls, 140 << 30) is None
+    why = fits_beside_guard(d, wls, 1 << 10)
+    assert why is not None and "guard's two workers" in why and "GiB" in why

@@ -1,6 +1,7 @@
 """`kernelarc optimize --workloads`: a run that judges a subset of the problem's workloads
 (for problems whose full judgement does not fit the user's time), recorded in the run's
-configuration so that `--resume` keeps it, and said in the status."""
+configuration so that `--resume` keeps it, and said in the status; the guard's timer
+(`--cupti`), recorded the same way."""
 
 from __future__ import annotations
 
@@ -65,3 +66,20 @@ def test_a_full_run_says_nothing_of_workloads(tmp_path: Path) -> None:
     assert "of the problem's" not in p.stderr
     assert json.loads(p.stdout)["workloads"] is None
     assert len(_judged_uuids(run_dir)) == 6
+
+
+def test_the_timer_is_checked_and_recorded_in_the_run_configuration(tmp_path: Path) -> None:
+    from kernelarc.store.sqlite import SQLiteStore
+
+    run_dir = tmp_path / "run"
+    args = ["optimize", str(EXAMPLE), "--agents", "reference", "--budget", "1", *FAST]
+    bad = kernelarc([*args, "--run-dir", str(run_dir), "--cupti", "maybe"], tmp_path, 120)
+    assert bad.returncode == 2 and "bad options" in bad.stderr and "cupti" in bad.stderr
+    assert not run_dir.exists()
+    p = kernelarc([*args, "--run-dir", str(run_dir), "--cupti", "off"], tmp_path, 300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    store = SQLiteStore(run_dir / "store.sqlite")
+    try:
+        assert store.open_run({})["cupti"] == "off"
+    finally:
+        store.close()

@@ -110,6 +110,14 @@ def _shifted(values: list[Any], shift: int) -> list[Any]:
     return values
 
 
+def calls_to_judge(mid: int, last: int, one_call_bytes: int, device_bytes: int) -> list[int]:
+    """The timed calls whose outputs are judged: the middle and the last one, or the last
+    alone when two calls' outputs take over a quarter of the device's memory."""
+    if 2 * one_call_bytes > device_bytes // 4:
+        return [last]
+    return sorted({mid, last})
+
+
 def _storage_range(t: Any) -> tuple[int, int]:
     s = t.untyped_storage()
     return s.data_ptr(), s.data_ptr() + s.nbytes()
@@ -264,15 +272,16 @@ class CandidateRole:
         import torch
 
         last = calls - 1
-        if self.device.type == "cuda" and last in kept:
-            size = sum(
-                t.numel() * t.element_size()
-                for t in self._results(kept[last], outs[last % k])
-                if isinstance(t, torch.Tensor)
-            )
-            if 2 * size > torch.cuda.get_device_properties(self.device).total_memory // 4:
-                return [last]
-        return sorted({mid, last})
+        if self.device.type != "cuda" or last not in kept:
+            return sorted({mid, last})
+        size = sum(
+            t.numel() * t.element_size()
+            for t in self._results(kept[last], outs[last % k])
+            if isinstance(t, torch.Tensor)
+        )
+        return calls_to_judge(
+            mid, last, size, torch.cuda.get_device_properties(self.device).total_memory
+        )
 
     def _call(self, inputs: list[Any], outputs: list[Any]) -> tuple[Any, ...]:
         return self._results(self.fn(*self._args(inputs, outputs)), outputs)

@@ -252,15 +252,12 @@ INPUT_SETS_ON_DEVICE = 6
 
 
 def fits_beside_guard(
-    definition: Definition, workloads: Sequence[Workload], device: str
+    definition: Definition, workloads: Sequence[Workload], total: int
 ) -> str | None:
-    """None when the tuning run fits on ``device`` beside the guard's workers, else why not.
-    On the H200, L2 025 (25.7 GB of inputs per workload): the tuning run beside the guard
-    ran the device out of memory, and the guard's checks of other candidates with it."""
-    import torch
-
+    """None when the tuning run fits on a device of ``total`` bytes beside the guard's
+    workers, else why not. On the H200, L2 025 (25.7 GB of inputs per workload): the tuning
+    run beside the guard ran the device out of memory, and the guard's checks with it."""
     largest = max((estimate_input_bytes(definition, w) for w in workloads), default=0)
-    total = int(torch.cuda.get_device_properties(torch.device(device)).total_memory)
     if INPUT_SETS_ON_DEVICE * largest <= total:
         return None
     gib = 1 << 30
@@ -324,9 +321,10 @@ class GemmTablesAgent(Agent):
         if not context.device.startswith("cuda") or tunableop_missing() is not None:
             return None
         if self.skipped is None:
-            self.skipped = fits_beside_guard(
-                context.definition, self._workloads(context), context.device
-            )
+            import torch
+
+            total = torch.cuda.get_device_properties(torch.device(context.device)).total_memory
+            self.skipped = fits_beside_guard(context.definition, self._workloads(context), total)
             if self.skipped is not None:
                 log.info("gemm-tables proposes nothing: %s", self.skipped)
         if self.skipped is not None:
