@@ -76,7 +76,8 @@ class RewriteAgent(Agent):
     priority: ClassVar[int] = 20
     description: ClassVar[str] = (
         "torch.fx rewrites of the reference into fused library calls (SDPA, rms_norm/"
-        "layer_norm, silu/gelu, half-precision GEMMs of upcast operands, redundant casts)"
+        "layer_norm, silu/gelu, half-precision GEMMs of upcast operands, redundant casts); "
+        "expert loops' torch.where hoisted out of the loop (one device wait)"
     )
 
     def __init__(self) -> None:
