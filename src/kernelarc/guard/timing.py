@@ -404,9 +404,10 @@ def pool_size(input_bytes: int, calls: int, device: Any, cap: int = 0) -> int:
     when a second set would take over a quarter of the free device memory (half on the CPU;
     inputs of tens of GB): then one, moved to a new address before every call (pointers
     still never repeat, but a result cached by the inputs' content is not defeated, see
-    docs/GUARD.md). A quarter on a GPU because the other worker shares it: on the H200,
-    L2 025's 25.7 GB sets were refused at half, and the two workers ran it out of memory.
-    ``cap`` (when positive) is the most sets kept."""
+    docs/GUARD.md). A quarter on a GPU because the other worker shares it: at half, a
+    second 25.7 GB set of L2 025 was allowed beside the other worker's tens of GB (changed
+    with the fixes of that problem's out-of-memory failures on the H200; its own share in
+    them was not isolated). ``cap`` (when positive) is the most sets kept."""
     import torch
 
     per = max(int(input_bytes), 1)

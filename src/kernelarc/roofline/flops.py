@@ -373,10 +373,10 @@ def run_counted_in_child(
     placeholders: bool = False,
 ) -> tuple[dict[str, float], list[OpCount], list[str]]:
     """A count on real ``device`` tensors in a new (spawned) process: its memory goes back
-    to the driver when the child exits. On the H200 the same count in the calling process
-    left 8.66 GiB of L2 025's tensors held there (after ``gc.collect`` and
-    ``empty_cache``), and the guard's workers then ran out of memory. A failure in the
-    child is raised here (a crash of the child as ``BrokenProcessPool``)."""
+    to the driver when the child exits. On the H200, after the same count of L2 025 in the
+    calling process (and ``gc.collect``, ``empty_cache``), that process still had 8.66 GiB
+    in use (what held it was not found), and the guard's workers then ran out of memory.
+    A failure in the child is raised here (a crash of the child as ``BrokenProcessPool``)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
