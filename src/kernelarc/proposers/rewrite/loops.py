@@ -15,8 +15,8 @@ Matched, in the body of a ``for V in range(...)`` loop anywhere in ``run``:
 plain name. Refused (the loop is left as it is): a loop that assigns ``X``, ``V`` or (more
 than once) ``M``, or that uses ``X`` or ``M`` in any other way (a write, an in-place
 method, an argument to a call: any of these could change ``X`` between iterations). At run
-time an ``X`` of fewer than two dimensions, or a non-int index, falls back to
-``torch.where``.
+time an ``X`` that is not a tensor of at least two dimensions, or a non-int index, falls
+back to ``torch.where``.
 
 Not covered: masks computed inside the loop (``idx == e``, ``.any()``, boolean-mask
 indexing), other waits in the body (``.item()``, ``int(t)``, ``if t.sum() > 0``), writes
@@ -41,16 +41,16 @@ class {HELPER}:
     def __init__(self, x):
         self.x = x
         self.cols = None
-        if x.dim() >= 2:
+        if isinstance(x, torch.Tensor) and x.dim() >= 2:
             nz = torch.nonzero(x)
             self.cols = [nz[:, d].contiguous() for d in range(1, x.dim())]
             counts = torch.bincount(nz[:, 0], minlength=x.shape[0])
             self.starts = [0] + torch.cumsum(counts, 0).tolist()
 
     def __call__(self, i):
-        n = self.x.shape[0]
-        if self.cols is None or type(i) is not int or not -n <= i < n:
+        if self.cols is None or type(i) is not int or not -len(self.x) <= i < len(self.x):
             return torch.where(self.x[i])
+        n = self.x.shape[0]
         i = i % n
         a, b = self.starts[i], self.starts[i + 1]
         return tuple(c[a:b] for c in self.cols)
