@@ -75,9 +75,9 @@ class RewriteAgent(Agent):
     strategy = "rewrite"
     priority: ClassVar[int] = 20
     description: ClassVar[str] = (
-        "torch.fx rewrites of the reference into fused library calls (SDPA, rms_norm/"
-        "layer_norm, silu/gelu, half-precision GEMMs of upcast operands, redundant casts); "
-        "expert loops' torch.where hoisted out of the loop (one device wait)"
+        "torch.fx rewrites of the reference into fused library calls (SDPA, rms/layer norm, "
+        "silu/gelu, half-precision GEMMs, redundant casts); an expert loop's torch.where "
+        "hoisted (one device wait)"
     )
 
     def __init__(self) -> None:
