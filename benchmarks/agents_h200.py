@@ -269,9 +269,12 @@ def compile_baseline(
     return {"wall_s": time.monotonic() - t0, "workloads": out}
 
 
-def bound_types(problem_dir: Path) -> dict[str, int]:
-    """How many workloads are compute- or memory-bound on the H200 profile (``n/c``: the
-    reference could not be counted on meta or small CPU tensors)."""
+def bound_types(
+    problem_dir: Path, workloads: str | None = None, gpu: bool = False
+) -> dict[str, int]:
+    """How many workloads (the run's ``--workloads`` when given) are compute- or
+    memory-bound on the H200 profile (``n/c``: the reference could not be counted; with
+    ``gpu``, references that need real tensors are counted on the GPU, in a child process)."""
     from kernelarc.roofline.flops import count_workload
     from kernelarc.roofline.profiles import get_profile
     from kernelarc.roofline.score import t_sol_ms
@@ -279,8 +282,8 @@ def bound_types(problem_dir: Path) -> dict[str, int]:
     problem = load_problem(problem_dir)
     profile = get_profile("H200")
     kinds: dict[str, int] = {}
-    for wl in problem.workloads:
-        cost = count_workload(problem.definition, wl)
+    for wl in problem.select([workloads]) if workloads else problem.workloads:
+        cost = count_workload(problem.definition, wl, gpu_fallback=gpu)
         kind = "n/c" if cost.method == "none" else t_sol_ms(cost, profile)[1]
         kinds[kind] = kinds.get(kind, 0) + 1
     return kinds
@@ -404,7 +407,9 @@ def main() -> None:
         r["workloads_total"] = len(load_problem(problem_dir).workloads)
         results[key] = r
         try:
-            r["bound_types"] = bound_types(problem_dir)
+            r["bound_types"] = bound_types(
+                problem_dir, args.workloads, args.device.startswith("cuda")
+            )
         except Exception as e:  # the table then shows no bound type
             r["bound_types"] = {"error": 1}
             r["bound_types_error"] = f"{type(e).__name__}: {e}"[:500]

@@ -136,5 +136,6 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert len(row["best"]["per_workload"]) == 2 and row["optimize"]["exit"] == 0
     run_uuids = {w["uuid"] for w in row["best"]["per_workload"]}
     assert [w["uuid"] in run_uuids for w in row["compile"]["workloads"]] == [True]  # of the run's
+    assert sum(row["bound_types"].values()) == 2, row["bound_types"]  # the run's workloads
     assert (out / "best-rmsnorm_h512.json").is_file()
     assert any(line.startswith("rmsnorm_h512 2/2 of 6") for line in p.stdout.splitlines())
