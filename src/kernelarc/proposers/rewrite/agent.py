@@ -169,6 +169,13 @@ class RewriteAgent(Agent):
         self._tried.append({"families": chosen, "label": label, "passed": None})
         n = len(self._tried)
         exact = "bit-exact" if is_exact else "same function, rounding may differ"
+        if chosen == [LOOPS]:
+            hypothesis = _HYPOTHESIS_LOOPS.format(label=label)
+        else:
+            hypothesis = (
+                f"Rewriting the reference graph ({label}; {exact}) replaces chains of eager "
+                "kernels by fused library calls, cutting launches and memory traffic."
+            )
         solution = make_solution(
             definition,
             agent=self.name,
@@ -179,10 +186,7 @@ class RewriteAgent(Agent):
         )
         return Proposal(
             solution=solution,
-            hypothesis=_HYPOTHESIS_LOOPS.format(label=label)
-            if chosen == [LOOPS]
-            else f"Rewriting the reference graph ({label}; {exact}) replaces chains of "
-            "eager kernels by fused library calls, cutting launches and memory traffic.",
+            hypothesis=hypothesis,
             parent_id=context.incumbent.candidate_id if context.incumbent else None,
             mode="draft" if context.must_draft else "refine",
             tags=("rewrite", *chosen),
