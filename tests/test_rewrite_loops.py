@@ -6,8 +6,8 @@ loop (direct call, alias ``m = mask[e]``, ``torch.nonzero(..., as_tuple=True)``;
 without tokens); the refusals (the mask written, re-bound or used otherwise in the loop,
 the alias used otherwise, a loop that is not over ``range``, three-argument ``where``);
 the run-time fallbacks (a one-dimensional mask, an index out of range raises as
-``torch.where`` does); the agent proposing it when the fx trace fails, and that candidate
-PASSING the real guard on the CPU.
+``torch.where`` does); the agent proposing it when the fx trace fails and the grouped
+candidate failed, and that candidate PASSING the real guard on the CPU.
 
 Not covered: the speed (H200 measurements in docs/PERFORMANCE.md), CUDA.
 """
@@ -154,7 +154,11 @@ def test_the_agent_proposes_the_hoisted_loop_and_it_passes_the_guard(
             "budget_left": 10,
         }
     )
-    proposal = agent.propose(ctx)
+    first = agent.propose(ctx)  # the grouped family comes first (tests/test_rewrite_grouped.py)
+    assert first is not None and first.tags == ("rewrite", "grouped")
+    tried = [{"families": ["grouped"], "label": "x", "passed": False}]
+    agent.restore(json.loads(json.dumps({**agent.state(), "tried": tried})))
+    proposal = agent.propose(ctx)  # after a failed grouped candidate: the hoisted loop
     assert proposal is not None and proposal.tags == ("rewrite", "loops")
     assert "one wait" in proposal.hypothesis and "bit-exact" in proposal.hypothesis
     sol = Solution.model_validate(proposal.solution.model_dump(mode="json"))
@@ -165,7 +169,7 @@ def test_the_agent_proposes_the_hoisted_loop_and_it_passes_the_guard(
     assert [s for s, _ in statuses] == ["PASSED", "PASSED"], statuses
     errors = [t.evaluation.correctness for t in ev.traces if t.evaluation is not None]
     assert len(errors) == 2 and all(c is not None and c.max_absolute_error == 0 for c in errors)
-    assert agent.state()["families"] == ["loops"]
+    assert agent.state()["families"] == ["grouped", "loops"]
     restored = RewriteAgent()
     restored.restore(json.loads(json.dumps(agent.state())))
     assert restored.state() == agent.state()

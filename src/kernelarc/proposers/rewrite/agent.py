@@ -20,9 +20,13 @@ workloads' scalar values; 84 and 26 with the plain fx trace).
 A reference that does not trace, or gains nothing from the fx families, may still loop over
 experts asking ``torch.where(mask[i])`` in every iteration: the ``loops`` family
 (:mod:`.loops`, a source rewrite, exact) then computes all iterations' indices with one
-device wait; it applies to 3 of the 156 dev references (L2 MoE loops). Not covered:
-rewriting other agents' candidates, FP8 ``_scaled_mm`` and MoE grouped GEMM (see
-:mod:`.rewrites`).
+device wait; it applies to 3 of the 156 dev references (L2 MoE loops). Before it, the
+``grouped`` family (:mod:`.grouped`) replaces such a loop by one ``vmap`` of its body over
+all experts (batched GEMMs, rows padded to the largest expert; same function, rounding
+may differ); it applies to the same 3. The source families are alternatives: the first
+that passes ends the plan. Not covered: rewriting other agents' candidates, FP8
+``_scaled_mm`` (see :mod:`.rewrites`), loops over the experts that have tokens only
+(``for e in expert_hit``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from kernelarc.proposers.builtin import (
     outcome_of,
 )
 from kernelarc.proposers.rewrite.codegen import CodegenError
+from kernelarc.proposers.rewrite.grouped import group_loops
 from kernelarc.proposers.rewrite.loops import LoopRewriteError, hoist_wheres
 from kernelarc.proposers.rewrite.rewrites import (
     FAMILIES,
@@ -56,14 +61,22 @@ from kernelarc.proposers.rewrite.trace import UntraceableError
 log = logging.getLogger(__name__)
 ENTRY = "run"
 LOOPS = "loops"
-"""The source-level family (:mod:`.loops`), proposed alone when no fx family applies."""
-KNOWN = (*FAMILIES, LOOPS)
+GROUPED = "grouped"
+SOURCE = (GROUPED, LOOPS)
+"""The source-level families (:mod:`.grouped`, :mod:`.loops`), when no fx family applies:
+alternatives, tried in this order until one passes."""
+KNOWN = (*FAMILIES, *SOURCE)
 
 
 _HYPOTHESIS_LOOPS = (
     "The reference waits for the device in every loop iteration (torch.where's length is "
     "data); computing all iterations' indices with one wait ({label}; bit-exact) lets the "
     "host queue the loop's kernels ahead of the device."
+)
+_HYPOTHESIS_GROUPED = (
+    "The reference runs an expert loop: a device wait and a dozen small kernels per expert. "
+    "One pass over all experts ({label}) turns each per-expert GEMM into one batched GEMM "
+    "and the loop's launches into a few dozen."
 )
 
 
@@ -76,8 +89,8 @@ class RewriteAgent(Agent):
     priority: ClassVar[int] = 20
     description: ClassVar[str] = (
         "torch.fx rewrites of the reference into fused library calls (SDPA, rms/layer norm, "
-        "silu/gelu, half-precision GEMMs, redundant casts); an expert loop's torch.where "
-        "hoisted (one device wait)"
+        "silu/gelu, half-precision GEMMs, redundant casts); MoE expert loops batched "
+        "(grouped GEMMs) or their waits hoisted"
     )
 
     def __init__(self) -> None:
@@ -110,6 +123,7 @@ class RewriteAgent(Agent):
 
     def _loops_or_skip(self, context: AgentContext, why: str) -> list[str] | None:
         try:
+            _, grouped, refused = group_loops(context.definition.reference, ENTRY)
             _, hoisted = hoist_wheres(context.definition.reference, ENTRY)
         except LoopRewriteError as e:
             self._skip(f"{why}; loops: {e}")
@@ -117,7 +131,9 @@ class RewriteAgent(Agent):
         if not hoisted:
             self._skip(f"{why}; no torch.where in a loop to hoist")
             return None
-        return [LOOPS]
+        if not grouped:
+            log.info("rewrite agent: no expert loop to batch: %s", "; ".join(refused))
+        return [GROUPED, LOOPS] if grouped else [LOOPS]
 
     def next_set(self) -> list[str] | None:
         """The next family set of the plan (None when it is spent)."""
@@ -125,6 +141,10 @@ class RewriteAgent(Agent):
         tried = [t["families"] for t in self._tried]
         if not fams:
             return None
+        if set(fams) <= set(SOURCE):  # alternatives, in order, until one passes
+            if any(t["passed"] is not False for t in self._tried):
+                return None
+            return next(([f] for f in fams if [f] not in tried), None)
         if not tried:
             return fams
         if self._tried[0]["passed"] is not False or len(fams) == 1:
@@ -157,6 +177,10 @@ class RewriteAgent(Agent):
             if chosen == [LOOPS]:
                 source, hoisted = hoist_wheres(definition.reference, ENTRY)
                 label, is_exact = f"{hoisted} torch.where of expert loops hoisted", True
+            elif chosen == [GROUPED]:
+                source, grouped, _ = group_loops(definition.reference, ENTRY)
+                label = f"{grouped} expert loop(s) batched over all experts with torch.func.vmap"
+                is_exact = False
             else:
                 rewritten = apply_families(definition, context.workloads, chosen, context.scalars)
                 source = solution_source(definition, rewritten)
@@ -171,6 +195,8 @@ class RewriteAgent(Agent):
         exact = "bit-exact" if is_exact else "same function, rounding may differ"
         if chosen == [LOOPS]:
             hypothesis = _HYPOTHESIS_LOOPS.format(label=label)
+        elif chosen == [GROUPED]:
+            hypothesis = _HYPOTHESIS_GROUPED.format(label=label)
         else:
             hypothesis = (
                 f"Rewriting the reference graph ({label}; {exact}) replaces chains of eager "
@@ -201,7 +227,7 @@ class RewriteAgent(Agent):
         effect = effect_by_class(result.per_workload, self._classes, self._baseline_ms)
         overall = geomean(list(effect.values()))
         n = len(result.per_workload)
-        kind = "source rewrite" if families == [LOOPS] else "fx rewrite"
+        kind = "source rewrite" if set(families) <= set(SOURCE) else "fx rewrite"
         head = f"{kind} of the reference ({label})"
         if result.passed:
             score = f"{result.score:.2f}x" if result.score is not None else "unmeasured speedup"
@@ -210,7 +236,9 @@ class RewriteAgent(Agent):
                 claim += f"; {overall:.2f}x vs own previous best"
         else:
             claim = f"{head}: {failure_summary(result)}"
-            if len(families) > 1:
+            if families == [GROUPED]:
+                claim += "; next: the loop as written, its torch.where hoisted"
+            elif len(families) > 1:
                 claim += "; next: each rewrite family alone"
         if result.stage == "screen":
             claim += " (screening stage only)"

@@ -1,0 +1,209 @@
+"""The rewrite agent's ``grouped`` family: an expert loop replaced by one ``vmap`` of its
+body over all experts (``proposers/rewrite/grouped.py``).
+
+Covered: the batched source against the reference, in float64, for a forward MoE loop
+(``index_add_`` with a ``[tok, slot, None]`` gather, the ``continue`` on empty experts),
+a backward loop (``A[e] += x.t() @ g`` per expert, ``A[tok, slot] +=`` per pair, an alias
+``m = mask[e]``), experts without tokens; the run-time fallbacks (one expert taking most
+rows, a one-dimensional mask, ``n`` beyond the mask) with the loop as written; the
+refusals; the agent's plan (grouped first, the hoisted loop after a failure) and the
+grouped candidate PASSING the real guard on the CPU.
+
+Not covered: the speed and CUDA (H200 measurements in docs/PERFORMANCE.md); bodies that
+are not zero-preserving (the guard's tolerance check rejects them, not this module).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from _shared import module_from_source
+
+from kernelarc.agents.types import AgentContext
+from kernelarc.guard.evaluator import Guard, GuardConfig
+from kernelarc.problem.loader import load_problem
+from kernelarc.problem.schema import Solution
+from kernelarc.proposers.rewrite import RewriteAgent
+from kernelarc.proposers.rewrite.grouped import HELPER, group_loops
+from kernelarc.proposers.rewrite.loops import LoopRewriteError
+
+FORWARD = """import torch
+import torch.nn.functional as F
+
+
+@torch.no_grad()
+def run(x, router, w):
+    weights, topk = torch.topk(router.softmax(dim=-1), 2, dim=-1)
+    y = torch.zeros_like(x)
+    mask = F.one_hot(topk, num_classes=w.shape[0]).permute(2, 1, 0)
+    for e in range(w.shape[0]):
+        slot, tok = torch.where(mask[e])
+        if tok.numel() == 0:
+            continue
+        h = F.silu(x[tok] @ w[e].t())
+        y.index_add_(0, tok, h * weights[tok, slot, None])
+    return y
+"""
+
+BACKWARD = """import torch
+import torch.nn.functional as F
+
+
+@torch.no_grad()
+def run(g, x, router, w):
+    weights, topk = torch.topk(router.softmax(dim=-1), 2, dim=-1)
+    gx, gw, gr = torch.zeros_like(x), torch.zeros_like(w), torch.zeros_like(weights)
+    mask = F.one_hot(topk, num_classes=w.shape[0]).permute(2, 0, 1)
+    for e in range(w.shape[0]):
+        m = mask[e]
+        tok, slot = torch.where(m)
+        xe, ge = x[tok], g[tok]
+        out = F.linear(xe, w[e])
+        gr[tok, slot] += (out * ge).sum(dim=-1)
+        go = ge * weights[tok, slot].unsqueeze(-1)
+        gw[e] += go.t() @ xe
+        gx.index_add_(0, tok, go @ w[e])
+    return gx, gw, gr
+"""
+
+
+def args_for(source: str, tokens: int, experts: int, seed: int, skew: bool = False) -> list:
+    g = torch.Generator().manual_seed(seed)
+    router = torch.randn(tokens, experts, generator=g, dtype=torch.float64)
+    if skew:
+        router[:, 0] += 50.0  # every token picks expert 0
+    x = torch.randn(tokens, 8, generator=g, dtype=torch.float64)
+    w = torch.randn(experts, 8, 8, generator=g, dtype=torch.float64)
+    if source is BACKWARD:
+        return [torch.randn(tokens, 8, generator=g, dtype=torch.float64), x, router, w]
+    return [x, router, w]
+
+
+def same(a: Any, b: Any) -> bool:
+    pairs = zip(a, b, strict=True) if isinstance(a, tuple) else [(a, b)]
+    return all(torch.allclose(p, q, rtol=1e-12, atol=1e-12) for p, q in pairs)
+
+
+@pytest.mark.parametrize("reference", [FORWARD, BACKWARD], ids=["forward", "backward"])
+def test_the_batched_loop_computes_the_reference(reference: str) -> None:
+    source, count, refused = group_loops(reference)
+    assert (count, refused) == (1, []) and f"{HELPER}(mask, _ka_n1)" in source
+    assert "torch.func.vmap(_ka_body1)" in source
+    ref, new = module_from_source(reference), module_from_source(source)
+    helper = new.__dict__[HELPER]
+    for tokens, experts, seed in ((1, 4, 0), (7, 5, 1), (64, 6, 2)):  # idle experts too
+        args = args_for(reference, tokens, experts, seed)
+        assert same(ref.run(*args), new.run(*args)), (tokens, experts)
+    mask = torch.nn.functional.one_hot(torch.tensor([[0, 1], [1, 2], [0, 2]]), 4).permute(2, 0, 1)
+    groups = helper(mask, 4)
+    assert groups.ok and groups.valid.tolist() == [[1, 1], [1, 1], [1, 1], [0, 0]]
+    assert groups.rows[0].tolist() == [[0, 2], [0, 1], [1, 2], [0, 0]]  # torch.where order
+
+
+@pytest.mark.parametrize("reference", [FORWARD, BACKWARD], ids=["forward", "backward"])
+def test_the_loop_as_written_runs_where_padding_would_not_pay(reference: str) -> None:
+    new = module_from_source(group_loops(reference)[0])
+    args = args_for(reference, 40, 8, 3, skew=True)  # 40 rows of 80 in one expert of 8
+    assert same(module_from_source(reference).run(*args), new.run(*args))
+    helper = new.__dict__[HELPER]
+    skewed = torch.zeros(8, 40, dtype=torch.long)
+    skewed[0] = 1
+    assert not helper(skewed, 8).ok
+    assert not helper(torch.tensor([1, 0, 1]), 3).ok  # x[e] would be 0-d
+    assert not helper(torch.ones(2, 3), 3).ok  # more experts than mask rows
+    assert not helper(torch.zeros(2, 3), 2).ok  # no rows at all
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (("        return y", "        return y, h"), "read after the loop"),
+        (("h = F.silu(", "h = h + F.silu("), "read before it is assigned"),
+        (("x[tok] @ w[e].t()", "x[tok] @ w[e].t() * e"), "'e' used other than as matched"),
+        (("h * weights", "h * tok.shape[0] * weights"), "'tok' used other than as matched"),
+        (("        y.index_add_", "        print(e)\n        y.index_add_"), "call statement"),
+        (("        h = F.silu", "        if h0:\n            break\n        h = F.silu"), "If"),
+        (("continue", "tok = tok[:1]"), "rows again"),
+        (("continue", "break"), "If statements are not batched"),
+        (("x[tok] @ w[e]", "y[tok] @ w[e]"), "read in the loop besides"),
+        (("y.index_add_(0, tok,", "y.index_add_(1, tok,"), "index_add_(0, r, e)"),
+        (("for e in range(w.shape[0]):", "for e in range(1, w.shape[0]):"), "range(n)"),
+    ],
+)
+def test_loops_it_cannot_batch_are_left_alone(edit: tuple[str, str], why: str) -> None:
+    reference = FORWARD.replace(*edit)
+    if edit[0] == "        return y":
+        reference = FORWARD.replace("    return y\n", "    return y, h\n")
+    assert reference != FORWARD
+    source, count, refused = group_loops(reference)
+    assert (source, count) == (reference, 0)
+    assert len(refused) == 1 and why in refused[0], refused
+
+
+def test_an_entry_function_is_required() -> None:
+    with pytest.raises(LoopRewriteError, match="no top-level function 'forward'"):
+        group_loops(FORWARD, entry="forward")
+    with pytest.raises(LoopRewriteError, match="syntax error"):
+        group_loops("def run(:\n")
+
+
+# ------------------------------------------------------------------ agent + real guard
+
+
+@pytest.fixture(scope="module")
+def moe_problem(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("moe_grouped")
+    definition = {
+        "name": "ka_test_moe_grouped",
+        "axes": {"tokens": {"type": "var"}, "experts": {"type": "const", "value": 6},
+                 "hidden": {"type": "const", "value": 8}},
+        "inputs": {
+            "x": {"shape": ["tokens", "hidden"], "dtype": "float32"},
+            "router": {"shape": ["tokens", "experts"], "dtype": "float32"},
+            "w": {"shape": ["experts", "hidden", "hidden"], "dtype": "float32"},
+        },
+        "outputs": {"y": {"shape": ["tokens", "hidden"], "dtype": "float32"}},
+        "reference": FORWARD,
+    }  # fmt: skip
+    (root / "definition.json").write_text(json.dumps(definition))
+    lines = [{"uuid": f"moe-t{t}", "axes": {"tokens": t}, "inputs": {}} for t in (5, 40)]
+    (root / "workload.jsonl").write_text("".join(json.dumps(w) + "\n" for w in lines))
+    return load_problem(root)
+
+
+def test_the_agent_proposes_the_grouped_loop_first_and_it_passes_the_guard(
+    moe_problem: Any, tmp_path: Path
+) -> None:
+    agent = RewriteAgent()
+    ctx = AgentContext.model_validate(
+        {
+            "problem": moe_problem.definition.name,
+            "definition": moe_problem.definition,
+            "device": "cpu",
+            "workloads": tuple(dict(w.axes) for w in moe_problem.workloads),
+            "budget_left": 10,
+        }
+    )
+    proposal = agent.propose(ctx)
+    assert proposal is not None and proposal.tags == ("rewrite", "grouped")
+    assert "batched GEMM" in proposal.hypothesis
+    sol = Solution.model_validate(proposal.solution.model_dump(mode="json"))
+    config = GuardConfig(device="cpu", rounds=2, warmup=1, iterations=3, cache_dir=tmp_path)
+    with Guard(moe_problem, config) as guard:
+        ev = guard.evaluate(sol)
+    statuses = [(o.status.value, o.log[:300]) for o in ev.outcomes]
+    assert [s for s, _ in statuses] == ["PASSED", "PASSED"], statuses
+    state = agent.state()
+    assert state["families"] == ["grouped", "loops"]
+    # after a failed grouped candidate the plan goes on with the loop as written
+    tried = [{"families": ["grouped"], "label": "x", "passed": False}]
+    failed = RewriteAgent()
+    failed.restore(json.loads(json.dumps({**state, "tried": tried})))
+    assert failed.next_set() == ["loops"]
+    passed = RewriteAgent()
+    passed.restore(json.loads(json.dumps({**state, "tried": [{**tried[0], "passed": True}]})))
+    assert passed.next_set() is None
