@@ -27,7 +27,9 @@ from kernelarc.agents.types import AgentContext
 from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.problem.loader import load_problem
 from kernelarc.problem.schema import Solution
+from kernelarc.proposers.precision import LEAD_PRIORITY
 from kernelarc.proposers.rewrite import RewriteAgent
+from kernelarc.proposers.rewrite.agent import GROUPED_PRIORITY
 from kernelarc.proposers.rewrite.grouped import HELPER, group_loops
 from kernelarc.proposers.rewrite.loops import LoopRewriteError
 
@@ -191,6 +193,7 @@ def test_the_agent_proposes_the_grouped_loop_first_and_it_passes_the_guard(
     proposal = agent.propose(ctx)
     assert proposal is not None and proposal.tags == ("rewrite", "grouped")
     assert "batched GEMM" in proposal.hypothesis
+    assert proposal.priority == GROUPED_PRIORITY > LEAD_PRIORITY  # before TF32 on the reference
     sol = Solution.model_validate(proposal.solution.model_dump(mode="json"))
     config = GuardConfig(device="cpu", rounds=2, warmup=1, iterations=3, cache_dir=tmp_path)
     with Guard(moe_problem, config) as guard:

@@ -80,6 +80,15 @@ _HYPOTHESIS_GROUPED = (
 )
 
 
+GROUPED_PRIORITY = 40
+"""A grouped-loop proposal is judged before the precision agent's lead policy (35) when ready
+together: batching an expert loop is a structural win the precision agent then stacks on
+(it wraps the board's best), and under a time limit there is room for about three full
+judgements of such a problem (H200, 2026-12-03, L2 025 at 2048/6144 tokens in one process:
+reference 176/277 ms, grouped 119/224 ms, grouped with TF32 51/74 ms; TF32 on the reference
+was judged first and the grouped candidate's full stage was cut by the 240 s limit)."""
+
+
 class RewriteAgent(Agent):
     """Proposes the reference rewritten by fx patterns; returns None when nothing applies
     or the reference does not trace (see the module docstring)."""
@@ -216,6 +225,7 @@ class RewriteAgent(Agent):
             parent_id=context.incumbent.candidate_id if context.incumbent else None,
             mode="draft" if context.must_draft else "refine",
             tags=("rewrite", *chosen),
+            priority=GROUPED_PRIORITY if chosen == [GROUPED] else None,
         )
 
     def observe(self, result: CandidateResult) -> Conclusion:
