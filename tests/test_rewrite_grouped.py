@@ -2,7 +2,8 @@
 body over all experts (``proposers/rewrite/grouped.py``).
 
 Covered: the batched source against the reference, in float64, for a forward MoE loop
-(``index_add_`` with a ``[tok, slot, None]`` gather, the ``continue`` on empty experts),
+(``index_add_`` with a ``[tok, slot, None]`` gather, the ``continue`` on empty experts;
+also as a loop over the experts that have tokens, ``for e in hit: i = e.item()``),
 a backward loop (``A[e] += x.t() @ g`` per expert, ``A[tok, slot] +=`` per pair, an alias
 ``m = mask[e]``), experts without tokens; the run-time fallbacks (one expert taking most
 rows, a one-dimensional mask, ``n`` beyond the mask) with the loop as written; the
@@ -51,6 +52,12 @@ def run(x, router, w):
     return y
 """
 
+HIT = FORWARD.replace(
+    "    for e in range(w.shape[0]):\n        slot, tok = torch.where(mask[e])",
+    "    hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()\n"
+    "    for e in hit:\n        i = e.item()\n        slot, tok = torch.where(mask[i].squeeze(0))",
+).replace("w[e]", "w[i]")
+
 BACKWARD = """import torch
 import torch.nn.functional as F
 
@@ -90,10 +97,14 @@ def same(a: Any, b: Any) -> bool:
     return all(torch.allclose(p, q, rtol=1e-12, atol=1e-12) for p, q in pairs)
 
 
-@pytest.mark.parametrize("reference", [FORWARD, BACKWARD], ids=["forward", "backward"])
+@pytest.mark.parametrize(
+    "reference", [FORWARD, BACKWARD, HIT], ids=["forward", "backward", "hit-experts"]
+)
 def test_the_batched_loop_computes_the_reference(reference: str) -> None:
     source, count, refused = group_loops(reference)
-    assert (count, refused) == (1, []) and f"{HELPER}(mask, _ka_n1)" in source
+    assert (count, refused) == (1, [])
+    helper_call = "(mask, None, hit=hit, squeeze=True)" if reference is HIT else "(mask, _ka_n1)"
+    assert HELPER + helper_call in source
     assert "torch.func.vmap(_ka_body1)" in source
     ref, new = module_from_source(reference), module_from_source(source)
     helper = new.__dict__[HELPER]
@@ -106,7 +117,9 @@ def test_the_batched_loop_computes_the_reference(reference: str) -> None:
     assert groups.rows[0].tolist() == [[0, 2], [0, 1], [1, 2], [0, 0]]  # torch.where order
 
 
-@pytest.mark.parametrize("reference", [FORWARD, BACKWARD], ids=["forward", "backward"])
+@pytest.mark.parametrize(
+    "reference", [FORWARD, BACKWARD, HIT], ids=["forward", "backward", "hit-experts"]
+)
 def test_the_loop_as_written_runs_where_padding_would_not_pay(reference: str) -> None:
     new = module_from_source(group_loops(reference)[0])
     args = args_for(reference, 40, 8, 3, skew=True)  # 40 rows of 80 in one expert of 8
@@ -118,6 +131,20 @@ def test_the_loop_as_written_runs_where_padding_would_not_pay(reference: str) ->
     assert not helper(torch.tensor([1, 0, 1]), 3).ok  # x[e] would be 0-d
     assert not helper(torch.ones(2, 3), 3).ok  # more experts than mask rows
     assert not helper(torch.zeros(2, 3), 2).ok  # no rows at all
+    three = torch.tensor([[[1, 0], [0, 1]], [[0, 0], [0, 0]], [[0, 1], [1, 0]]])
+    assert helper(three, None, hit=torch.tensor([[0], [2]]), squeeze=True).ok
+    assert not helper(three, None, hit=torch.tensor([0, 1, 2])).ok  # not the experts with rows
+    assert not helper(three, None, hit=torch.tensor([2, 0])).ok  # not in the loop's order
+    assert not helper(three[:, :1], None, hit=torch.tensor([0, 2]), squeeze=True).ok  # 1 slot
+
+
+def test_a_loop_over_more_than_the_hit_experts_runs_as_written() -> None:
+    reference = HIT.replace("hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()",
+                            "hit = torch.arange(w.shape[0])")  # fmt: skip
+    source, count, _ = group_loops(reference)
+    assert count == 1
+    args = args_for(reference, 3, 6, 4)  # 3 tokens x 2 slots: some of 6 experts idle
+    assert same(module_from_source(reference).run(*args), module_from_source(source).run(*args))
 
 
 @pytest.mark.parametrize(
@@ -134,6 +161,8 @@ def test_the_loop_as_written_runs_where_padding_would_not_pay(reference: str) ->
         (("x[tok] @ w[e]", "y[tok] @ w[e]"), "read in the loop besides"),
         (("y.index_add_(0, tok,", "y.index_add_(1, tok,"), "index_add_(0, r, e)"),
         (("for e in range(w.shape[0]):", "for e in range(1, w.shape[0]):"), "range(n)"),
+        (("slot, tok = torch.where(mask[e])", "slot, tok = torch.where(mask[e] > 0)"), "mask[V]"),
+        (("    for e in range(w.shape[0]):", "    for e in w:"), "U = V.item()"),
     ],
 )
 def test_loops_it_cannot_batch_are_left_alone(edit: tuple[str, str], why: str) -> None:

@@ -18,15 +18,14 @@ shapes (asserts, shape unpacking, branches every workload takes alike) is evalua
 workloads' scalar values; 84 and 26 with the plain fx trace).
 
 A reference that does not trace, or gains nothing from the fx families, may still loop over
-experts asking ``torch.where(mask[i])`` in every iteration: the ``loops`` family
-(:mod:`.loops`, a source rewrite, exact) then computes all iterations' indices with one
-device wait; it applies to 3 of the 156 dev references (L2 MoE loops). Before it, the
-``grouped`` family (:mod:`.grouped`) replaces such a loop by one ``vmap`` of its body over
-all experts (batched GEMMs, rows padded to the largest expert; same function, rounding
-may differ); it applies to the same 3. The source families are alternatives: the first
-that passes ends the plan. Not covered: rewriting other agents' candidates, FP8
-``_scaled_mm`` (see :mod:`.rewrites`), loops over the experts that have tokens only
-(``for e in expert_hit``).
+experts asking ``torch.where(mask[i])`` in every iteration. Two source rewrites then apply,
+as alternatives (the first that passes ends the plan): ``grouped`` (:mod:`.grouped`) replaces
+the loop by one ``vmap`` of its body over all experts (batched GEMMs, rows padded to the
+largest expert; same function, rounding may differ), and ``loops`` (:mod:`.loops`, exact)
+computes all iterations' indices with one device wait. Of the 156 dev references, grouped
+applies to 5 (L2 008, 010, 013, 025, 061; 010 and 061 loop over the experts that have tokens,
+``for e in hit: i = e.item()``), loops to 3 (008, 013, 025). Not covered: rewriting other
+agents' candidates, FP8 ``_scaled_mm`` (see :mod:`.rewrites`).
 """
 
 from __future__ import annotations
@@ -137,12 +136,12 @@ class RewriteAgent(Agent):
         except LoopRewriteError as e:
             self._skip(f"{why}; loops: {e}")
             return None
-        if not hoisted:
-            self._skip(f"{why}; no torch.where in a loop to hoist")
+        if not grouped and not hoisted:
+            self._skip(f"{why}; no expert loop to batch ({'; '.join(refused) or 'no loop'})")
             return None
         if not grouped:
             log.info("rewrite agent: no expert loop to batch: %s", "; ".join(refused))
-        return [GROUPED, LOOPS] if grouped else [LOOPS]
+        return [GROUPED] * bool(grouped) + [LOOPS] * bool(hoisted)
 
     def next_set(self) -> list[str] | None:
         """The next family set of the plan (None when it is spent)."""

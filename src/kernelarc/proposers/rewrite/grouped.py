@@ -49,18 +49,30 @@ import torch
 
 
 class {HELPER}:
-    """The rows of ``torch.where(x[e])`` for every ``e < n``, padded to one length: ``rows``
-    (one ``[n, m]`` index tensor per column), ``valid`` (``[n, m]``); ``ok`` is False when
-    the loop should run as written (kernelarc's grouped-expert rewrite)."""
+    """The rows of ``torch.where(x[e])`` for every ``e < n`` (``n`` None: all of ``x``),
+    padded to one length: ``rows`` (one ``[n, m]`` index tensor per column), ``valid``
+    (``[n, m]``); ``ok`` is False when the loop should run as written: also when ``hit``
+    (the tensor a loop runs over) is not exactly the experts that have rows, in order
+    (kernelarc's grouped-expert rewrite)."""
 
-    def __init__(self, x, n, waste=2.0):
+    def __init__(self, x, n, hit=None, squeeze=False, waste=2.0):
         self.ok = False
-        if not (isinstance(x, torch.Tensor) and x.dim() >= 2 and type(n) is int):
+        if not (isinstance(x, torch.Tensor) and x.dim() >= 2 + squeeze):
             return
-        if not 0 < n <= x.shape[0]:
+        if squeeze and x.shape[1] == 1:  # x[e].squeeze(0) would drop a dimension
+            return
+        n = x.shape[0] if n is None else n
+        if type(n) is not int or not 0 < n <= x.shape[0]:
             return
         nz = torch.nonzero(x[:n])
         counts = torch.bincount(nz[:, 0], minlength=n)
+        if hit is not None:  # the loop runs over exactly the experts that have rows
+            if not isinstance(hit, torch.Tensor) or hit.is_floating_point():
+                return
+            want = torch.nonzero(counts).flatten()
+            got = hit.flatten().to(want.device, want.dtype)
+            if got.shape != want.shape or not torch.equal(got, want):
+                return
         m = int(counts.max()) if nz.shape[0] else 0
         if m == 0 or n * m > waste * nz.shape[0] + n:
             return
@@ -105,10 +117,17 @@ class _Refused(Exception):
 @dataclass
 class _Plan:
     var: str
+    """The expert index name (the loop variable, or ``U`` of ``U = V.item()``)."""
     mask: str
     rows: list[str]
-    start: int
-    """Index of the first body statement after the where and the optional continue."""
+    loop_var: str
+    count: ast.expr | None = None
+    """``n`` of ``range(n)``; None for a loop over a tensor of experts (``hit``)."""
+    hit: str | None = None
+    squeeze: bool = False
+    where: int = 0
+    skip: set[int] = field(default_factory=set)
+    """Body statements the rewrite consumes: the index conversion, alias, where, continue."""
     slices: dict[str, str] = field(default_factory=dict)
     """``Y`` of every ``Y[V]`` → the body's parameter name for its per-expert slice."""
     accs: list[tuple[str, ast.stmt]] = field(default_factory=list)
@@ -144,53 +163,106 @@ def _row_index(node: ast.expr, rows: list[str], *, target: bool) -> list[str] | 
     return names
 
 
+def _index_of(stmt: ast.stmt, var: str) -> str | None:
+    """``U`` when ``stmt`` is ``U = var.item()`` or ``U = int(var)``."""
+    if not (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and isinstance(call := stmt.value, ast.Call)
+        and not call.keywords
+    ):
+        return None
+    f = call.func
+    item = (
+        isinstance(f, ast.Attribute)
+        and f.attr == "item"
+        and not call.args
+        and isinstance(f.value, ast.Name)
+        and f.value.id == var
+    )
+    cast = (
+        isinstance(f, ast.Name)
+        and f.id == "int"
+        and len(call.args) == 1
+        and isinstance(a := call.args[0], ast.Name)
+        and a.id == var
+    )
+    return stmt.targets[0].id if item or cast else None
+
+
 def _header(loop: ast.For) -> _Plan:
-    if not (
-        isinstance(loop.target, ast.Name)
-        and isinstance(loop.iter, ast.Call)
-        and isinstance(loop.iter.func, ast.Name)
-        and loop.iter.func.id == "range"
-        and len(loop.iter.args) == 1
-        and not loop.iter.keywords
-        and not loop.orelse
-    ):
-        raise _Refused("not a `for V in range(n)` loop")
-    var, body, i = loop.target.id, loop.body, 0
-    alias: tuple[str, str] | None = None
-    first = body[0]
+    if loop.orelse or not isinstance(loop.target, ast.Name) or not loop.body:
+        raise _Refused("not a `for V in range(n)` or `for V in hit` loop")
+    var, body = loop.target.id, loop.body
+    it = loop.iter
+    plan = _Plan(var, "", [], loop_var=var)
     if (
-        isinstance(first, ast.Assign)
-        and len(first.targets) == 1
-        and isinstance(first.targets[0], ast.Name)
-        and (x := _row_of(first.value, var)) is not None
+        isinstance(it, ast.Call)
+        and isinstance(it.func, ast.Name)
+        and it.func.id == "range"
+        and len(it.args) == 1
+        and not it.keywords
     ):
-        alias, i = (first.targets[0].id, x), 1
-    if i >= len(body) or not isinstance(body[i], ast.Assign):
-        raise _Refused("the body does not start with `rows = torch.where(mask[V])`")
-    where = body[i]
-    assert isinstance(where, ast.Assign)
-    target = where.targets[0]
-    if not (
-        len(where.targets) == 1
-        and isinstance(target, ast.Tuple)
-        and all(isinstance(t, ast.Name) for t in target.elts)
-        and isinstance(where.value, ast.Call)
-        and (arg := _where_arg(where.value)) is not None
-    ):
-        raise _Refused("the body does not start with `r1, r2 = torch.where(mask[V])`")
-    if alias is not None and isinstance(arg, ast.Name) and arg.id == alias[0]:
-        mask = alias[1]
-    elif (mask_name := _row_of(arg, var)) is not None and alias is None:
-        mask = mask_name
+        plan.count = it.args[0]
+    elif isinstance(it, ast.Name) and (index := _index_of(body[0], var)) is not None:
+        plan.hit, plan.var = it.id, index  # ``for e in hit: i = e.item()``
+        plan.skip.add(0)
     else:
+        raise _Refused("not a `for V in range(n)` loop, nor `for V in hit: U = V.item()`")
+    w = next(
+        (
+            i
+            for i, st in enumerate(body)
+            if isinstance(st, ast.Assign)
+            and len(st.targets) == 1
+            and isinstance(st.targets[0], ast.Tuple)
+            and all(isinstance(t, ast.Name) for t in st.targets[0].elts)
+            and isinstance(st.value, ast.Call)
+            and _where_arg(st.value) is not None
+        ),
+        None,
+    )
+    if w is None:
+        raise _Refused("no `r1, r2 = torch.where(...)` in the body")
+    where = body[w]
+    assert isinstance(where, ast.Assign) and isinstance(where.value, ast.Call)
+    arg = _where_arg(where.value)
+    assert arg is not None
+    if (
+        isinstance(arg, ast.Call)
+        and isinstance(arg.func, ast.Attribute)
+        and arg.func.attr == "squeeze"
+        and len(arg.args) == 1
+        and not arg.keywords
+        and isinstance(arg.args[0], ast.Constant)
+        and arg.args[0].value == 0
+    ):
+        arg, plan.squeeze = arg.func.value, True  # a no-op on ``X[U]`` unless X.shape[1] == 1
+    if (mask := _row_of(arg, plan.var)) is None and isinstance(arg, ast.Name):
+        for j, st in enumerate(body[:w]):
+            if (
+                isinstance(st, ast.Assign)
+                and len(st.targets) == 1
+                and isinstance(st.targets[0], ast.Name)
+                and st.targets[0].id == arg.id
+                and (mask := _row_of(st.value, plan.var)) is not None
+            ):
+                plan.skip.add(j)  # the alias ``M = X[U]``
+                break
+    if mask is None:
         raise _Refused("torch.where's argument is not `mask[V]`")
-    rows = [t.id for t in target.elts if isinstance(t, ast.Name)]
-    if len(set(rows)) != len(rows):
+    plan.mask = mask
+    targets = where.targets[0]
+    assert isinstance(targets, ast.Tuple)
+    plan.rows = [t.id for t in targets.elts if isinstance(t, ast.Name)]
+    if len(set(plan.rows)) != len(plan.rows):
         raise _Refused("repeated row names")
-    i += 1
-    if i < len(body) and _empty_check(body[i], rows):
-        i += 1
-    return _Plan(var, mask, rows, i)
+    plan.where = w
+    plan.skip.add(w)
+    if w + 1 < len(body) and _empty_check(body[w + 1], plan.rows):
+        plan.skip.add(w + 1)
+    return plan
 
 
 def _empty_check(stmt: ast.stmt, rows: list[str]) -> bool:
@@ -302,25 +374,27 @@ def _count_loads(node: ast.AST) -> dict[str, int]:
 def _grouped(loop: ast.For, fn: ast.AST, k: int) -> list[ast.stmt]:
     """The statements that replace ``loop`` (its own index ``k`` names the helpers)."""
     plan = _header(loop)
-    body = loop.body[plan.start :]
-    header = set().union(*(_names(s, ast.Store) for s in loop.body[: plan.start]))
-    locals_ = set().union(*(_names(s, ast.Store) for s in body))
-    alias = {plan.mask} | (header - set(plan.rows))
-    if locals_ & (header | {plan.mask, plan.var}):
+    kept = [(i, st) for i, st in enumerate(loop.body) if i not in plan.skip]
+    header = set().union(*(_names(loop.body[i], ast.Store) for i in plan.skip))
+    locals_ = set().union(*(_names(st, ast.Store) for _, st in kept))
+    alias = {plan.mask, plan.loop_var} | (header - set(plan.rows) - {plan.var})
+    if locals_ & (header | alias):
         raise _Refused("the loop assigns its mask, its variable or its rows again")
     in_fn, in_loop = _count_loads(fn), _count_loads(loop)
-    for name in locals_ | {plan.var}:
+    for name in locals_ | header | {plan.loop_var}:
         if in_fn.get(name, 0) > in_loop.get(name, 0):
             raise _Refused(f"{name!r} is read after the loop")
     forbidden = {plan.var, *plan.rows, *alias}
     new_body: list[ast.stmt] = []
-    assigned = set(plan.rows)
+    assigned: set[str] = set()
     targets: dict[str, int] = {}
-    for stmt in body:
+    for i, stmt in kept:
+        if i > plan.where:
+            assigned |= set(plan.rows)
         acc = _accumulation(stmt, plan)
         value = getattr(stmt, "value", None) if acc is None else acc[2]
         assert isinstance(value, ast.expr)
-        early = (_names(value, ast.Load) & locals_) - assigned
+        early = (_names(value, ast.Load) & (locals_ | set(plan.rows))) - assigned
         if early:
             raise _Refused(f"line {stmt.lineno}: {sorted(early)} read before it is assigned")
         value = _Body(plan, forbidden, locals_).visit(copy.deepcopy(value))
@@ -350,11 +424,17 @@ def _grouped(loop: ast.For, fn: ast.AST, k: int) -> list[ast.stmt]:
 
 def _emit(loop: ast.For, plan: _Plan, new_body: list[ast.stmt], k: int) -> list[ast.stmt]:
     n, g, out, fn = f"_ka_n{k}", f"_ka_g{k}", f"_ka_out{k}", f"_ka_body{k}"
-    assert isinstance(loop.iter, ast.Call)
     rows = ", ".join(plan.rows) + ("," if len(plan.rows) == 1 else "")
     params = ", ".join(["_ka_rows", "_ka_valid", *plan.slices.values()])
     rets = ", ".join(f"_ka_acc_{i}" for i in range(len(plan.accs))) + ","
-    args = ", ".join([f"{g}.rows", f"{g}.valid", *(f"{y}[:{n}]" for y in plan.slices)])
+    args = ", ".join([f"{g}.rows", f"{g}.valid", *(f"{y}[:{g}.n]" for y in plan.slices)])
+    if plan.count is not None:
+        head = [f"{n} = {ast.unparse(plan.count)}", f"{g} = {HELPER}({plan.mask}, {n}"]
+        again = f"range({n})"
+    else:
+        head = [f"{g} = {HELPER}({plan.mask}, None, hit={plan.hit}"]
+        again = str(plan.hit)
+    head[-1] += ", squeeze=True)" if plan.squeeze else ")"
     apply: list[str] = []
     for i, (kind, stmt) in enumerate(plan.accs):
         if kind == "expert":
@@ -373,8 +453,7 @@ def _emit(loop: ast.For, plan: _Plan, new_body: list[ast.stmt], k: int) -> list[
             apply.append(f"{a}.index_add_(0, {g}.cols[{col}], {g}.kept({out}[{i}]))")
     text = "\n".join(
         [
-            f"{n} = {ast.unparse(loop.iter.args[0])}",
-            f"{g} = {HELPER}({plan.mask}, {n})",
+            *head,
             f"if {g}.ok:",
             f"    def {fn}({params}):",
             f"        {rows} = _ka_rows",
@@ -383,12 +462,12 @@ def _emit(loop: ast.For, plan: _Plan, new_body: list[ast.stmt], k: int) -> list[
             f"    {out} = torch.func.vmap({fn})({args})",
             *(f"    {line}" for line in apply),
             "else:",
-            f"    for {plan.var} in range({n}):",
+            f"    for {plan.loop_var} in {again}:",
             "        pass",
         ]
     )
     stmts = ast.parse(text).body
-    branch = stmts[2]
+    branch = stmts[-1]
     assert isinstance(branch, ast.If)
     body_fn = branch.body[0]
     fallback = branch.orelse[0]
