@@ -3,12 +3,13 @@ body over all experts (``proposers/rewrite/grouped.py``).
 
 Covered: the batched source against the reference, in float64, for a forward MoE loop
 (``index_add_`` with a ``[tok, slot, None]`` gather, the ``continue`` on empty experts;
-also as a loop over the experts that have tokens, ``for e in hit: i = e.item()``),
-a backward loop (``A[e] += x.t() @ g`` per expert, ``A[tok, slot] +=`` per pair, an alias
-``m = mask[e]``), experts without tokens; the run-time fallbacks (one expert taking most
-rows, a one-dimensional mask, ``n`` beyond the mask) with the loop as written; the
-refusals; the agent's plan (grouped first, the hoisted loop after a failure) and the
-grouped candidate PASSING the real guard on the CPU.
+also as a loop over the experts that have tokens, ``for e in hit: i = e.item()``), a
+backward loop (``A[e] += x.t() @ g`` per expert as one ``baddbmm_``, or scaled: the product
+then an add; ``A[tok, slot] +=`` per pair; an alias ``m = mask[e]``), experts without
+tokens; the run-time fallbacks (one expert taking most rows, a one-dimensional mask, ``n``
+beyond the mask, a loop over other experts than those with tokens) with the loop as
+written; the refusals; the agent's plan (grouped first, the hoisted loop after a failure)
+and the grouped candidate PASSING the real guard on the CPU.
 
 Not covered: the speed and CUDA (H200 measurements in docs/PERFORMANCE.md); bodies that
 are not zero-preserving (the guard's tolerance check rejects them, not this module).
@@ -79,6 +80,8 @@ def run(g, x, router, w):
     return gx, gw, gr
 """
 
+SCALED = BACKWARD.replace("gw[e] += go.t() @ xe", "gw[e] += 0.5 * (go.t() @ xe)")  # no baddbmm_
+
 
 def args_for(source: str, tokens: int, experts: int, seed: int, skew: bool = False) -> list:
     g = torch.Generator().manual_seed(seed)
@@ -87,7 +90,7 @@ def args_for(source: str, tokens: int, experts: int, seed: int, skew: bool = Fal
         router[:, 0] += 50.0  # every token picks expert 0
     x = torch.randn(tokens, 8, generator=g, dtype=torch.float64)
     w = torch.randn(experts, 8, 8, generator=g, dtype=torch.float64)
-    if source is BACKWARD:
+    if source in (BACKWARD, SCALED):
         return [torch.randn(tokens, 8, generator=g, dtype=torch.float64), x, router, w]
     return [x, router, w]
 
@@ -98,13 +101,17 @@ def same(a: Any, b: Any) -> bool:
 
 
 @pytest.mark.parametrize(
-    "reference", [FORWARD, BACKWARD, HIT], ids=["forward", "backward", "hit-experts"]
+    "reference",
+    [FORWARD, BACKWARD, SCALED, HIT],
+    ids=["forward", "backward", "backward-scaled", "hit-experts"],
 )
 def test_the_batched_loop_computes_the_reference(reference: str) -> None:
     source, count, refused = group_loops(reference)
     assert (count, refused) == (1, [])
     helper_call = "(mask, None, hit=hit, squeeze=True)" if reference is HIT else "(mask, _ka_n1)"
     assert HELPER + helper_call in source
+    assert ("_ka_g1.addmm_rows(gw," in source) == (reference is BACKWARD)
+    assert ("_ka_g1.add_rows(gw," in source) == (reference is SCALED)
     assert "torch.func.vmap(_ka_body1)" in source
     ref, new = module_from_source(reference), module_from_source(source)
     helper = new.__dict__[HELPER]
@@ -136,6 +143,12 @@ def test_the_loop_as_written_runs_where_padding_would_not_pay(reference: str) ->
     assert not helper(three, None, hit=torch.tensor([0, 1, 2])).ok  # not the experts with rows
     assert not helper(three, None, hit=torch.tensor([2, 0])).ok  # not in the loop's order
     assert not helper(three[:, :1], None, hit=torch.tensor([0, 2]), squeeze=True).ok  # 1 slot
+
+    groups = helper(torch.tensor([[1, 1], [1, 0]]), 2)
+    acc = torch.zeros(2, 3, 4, dtype=torch.float64)
+    left, right = torch.randn(2, 3, 5), torch.randn(2, 5, 4)  # float32 into float64
+    groups.addmm_rows(acc, left, right)  # no baddbmm_ across dtypes: product, then add
+    assert torch.allclose(acc, (left @ right).double())
 
 
 def test_a_loop_over_more_than_the_hit_experts_runs_as_written() -> None:

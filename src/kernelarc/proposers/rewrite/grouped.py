@@ -107,6 +107,16 @@ class {HELPER}:
         if lead < 0:
             raise RuntimeError("grouped rewrite: a per-expert result has more dims than its target")
         part += out.reshape(out.shape[:1] + (1,) * lead + out.shape[1:])
+
+    def addmm_rows(self, a, left, right):
+        """``a[e] += left[e] @ right[e]`` for every expert ``e``: one batched GEMM that adds
+        into ``a`` when the shapes and dtypes allow it, else the product then ``add_rows``."""
+        part = a[: self.n]
+        fused = part.dim() == left.dim() == right.dim() == 3
+        if fused and part.dtype == left.dtype == right.dtype and part.is_floating_point():
+            part.baddbmm_(left, right)
+        else:
+            self.add_rows(a, torch.matmul(left, right))
 '''
 
 
@@ -131,6 +141,8 @@ class _Plan:
     slices: dict[str, str] = field(default_factory=dict)
     """``Y`` of every ``Y[V]`` → the body's parameter name for its per-expert slice."""
     accs: list[tuple[str, ast.stmt]] = field(default_factory=list)
+    outputs: int = 0
+    """How many tensors the batched body returns (two per ``A[V] += L @ R``, else one)."""
 
 
 def _names(node: ast.AST, ctx: type) -> set[str]:
@@ -409,10 +421,15 @@ def _grouped(loop: ast.For, fn: ast.AST, k: int) -> list[ast.stmt]:
         if a in locals_ or a in forbidden:
             raise _Refused(f"line {stmt.lineno}: accumulation into a body local {a!r}")
         targets[a] = targets.get(a, 0) + 1
-        tmp = f"_ka_acc_{len(plan.accs)}"
-        new_body.append(
-            ast.Assign(targets=[ast.Name(tmp, ast.Store())], value=value, lineno=stmt.lineno)
-        )
+        parts = [value]
+        if kind == "expert" and isinstance(value, ast.BinOp) and isinstance(value.op, ast.MatMult):
+            kind, parts = "expert-mm", [value.left, value.right]  # one baddbmm_ into A
+        for part in parts:
+            tmp = f"_ka_acc_{plan.outputs}"
+            plan.outputs += 1
+            new_body.append(
+                ast.Assign(targets=[ast.Name(tmp, ast.Store())], value=part, lineno=stmt.lineno)
+            )
         plan.accs.append((kind, stmt))
     if not plan.accs:
         raise _Refused("the loop accumulates nothing")
@@ -426,7 +443,7 @@ def _emit(loop: ast.For, plan: _Plan, new_body: list[ast.stmt], k: int) -> list[
     n, g, out, fn = f"_ka_n{k}", f"_ka_g{k}", f"_ka_out{k}", f"_ka_body{k}"
     rows = ", ".join(plan.rows) + ("," if len(plan.rows) == 1 else "")
     params = ", ".join(["_ka_rows", "_ka_valid", *plan.slices.values()])
-    rets = ", ".join(f"_ka_acc_{i}" for i in range(len(plan.accs))) + ","
+    rets = ", ".join(f"_ka_acc_{i}" for i in range(plan.outputs)) + ","
     args = ", ".join([f"{g}.rows", f"{g}.valid", *(f"{y}[:{g}.n]" for y in plan.slices)])
     if plan.count is not None:
         head = [f"{n} = {ast.unparse(plan.count)}", f"{g} = {HELPER}({plan.mask}, {n}"]
@@ -436,7 +453,14 @@ def _emit(loop: ast.For, plan: _Plan, new_body: list[ast.stmt], k: int) -> list[
         again = str(plan.hit)
     head[-1] += ", squeeze=True)" if plan.squeeze else ")"
     apply: list[str] = []
-    for i, (kind, stmt) in enumerate(plan.accs):
+    i = 0
+    for kind, stmt in plan.accs:
+        if kind == "expert-mm":
+            assert isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Subscript)
+            a = ast.unparse(stmt.target.value)
+            apply.append(f"{g}.addmm_rows({a}, {out}[{i}], {out}[{i + 1}])")
+            i += 2
+            continue
         if kind == "expert":
             assert isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Subscript)
             apply.append(f"{g}.add_rows({ast.unparse(stmt.target.value)}, {out}[{i}])")
@@ -451,6 +475,7 @@ def _emit(loop: ast.For, plan: _Plan, new_body: list[ast.stmt], k: int) -> list[
             col = plan.rows.index(kind.split(":", 1)[1])
             a = ast.unparse(stmt.value.func.value)  # type: ignore[attr-defined]
             apply.append(f"{a}.index_add_(0, {g}.cols[{col}], {g}.kept({out}[{i}]))")
+        i += 1
     text = "\n".join(
         [
             *head,
