@@ -3,7 +3,8 @@ body over all experts (``proposers/rewrite/grouped.py``).
 
 Covered: the batched source against the reference, in float64, for a forward MoE loop
 (``index_add_`` with a ``[tok, slot, None]`` gather, the ``continue`` on empty experts;
-also as a loop over the experts that have tokens, ``for e in hit: i = e.item()``), a
+also as a loop over the experts that have tokens, ``for e in hit: i = e.item()``, and with
+a boolean mask, ``m = flat == e; if m.any(): y[m] = ...``), a
 backward loop (``A[e] += x.t() @ g`` per expert as one ``baddbmm_``, or scaled: the product
 then an add; ``A[tok, slot] +=`` per pair; an alias ``m = mask[e]``), experts without
 tokens; the run-time fallbacks (one expert taking most rows, a one-dimensional mask, ``n``
@@ -80,6 +81,23 @@ def run(g, x, router, w):
     return gx, gw, gr
 """
 
+BOOL = """import torch
+import torch.nn.functional as F
+
+
+@torch.no_grad()
+def run(x, router, w):
+    weights, topk = torch.topk(router.softmax(dim=-1), 2, dim=-1)
+    rep = x.repeat_interleave(2, dim=0)
+    flat = topk.view(-1)
+    y = torch.zeros_like(rep)
+    for e in range(w.shape[0]):
+        m = flat == e
+        if m.any():
+            y[m] = F.silu(rep[m] @ w[e].t())
+    return (y.view(-1, 2, y.shape[-1]) * weights.unsqueeze(-1)).sum(dim=1)
+"""
+
 SCALED = BACKWARD.replace("gw[e] += go.t() @ xe", "gw[e] += 0.5 * (go.t() @ xe)")  # no baddbmm_
 
 
@@ -102,13 +120,16 @@ def same(a: Any, b: Any) -> bool:
 
 @pytest.mark.parametrize(
     "reference",
-    [FORWARD, BACKWARD, SCALED, HIT],
-    ids=["forward", "backward", "backward-scaled", "hit-experts"],
+    [FORWARD, BACKWARD, SCALED, HIT, BOOL],
+    ids=["forward", "backward", "backward-scaled", "hit-experts", "boolean-mask"],
 )
 def test_the_batched_loop_computes_the_reference(reference: str) -> None:
     source, count, refused = group_loops(reference)
     assert (count, refused) == (1, [])
     helper_call = "(mask, None, hit=hit, squeeze=True)" if reference is HIT else "(mask, _ka_n1)"
+    if reference is BOOL:
+        helper_call = ".eq_mask(flat, _ka_n1)"
+        assert "y.index_put_((_ka_g1.cols[0],)" in source  # y[m] = ...: rows are disjoint
     assert HELPER + helper_call in source
     assert ("_ka_g1.addmm_rows(gw," in source) == (reference is BACKWARD)
     assert ("_ka_g1.add_rows(gw," in source) == (reference is SCALED)
@@ -118,6 +139,16 @@ def test_the_batched_loop_computes_the_reference(reference: str) -> None:
     for tokens, experts, seed in ((1, 4, 0), (7, 5, 1), (64, 6, 2)):  # idle experts too
         args = args_for(reference, tokens, experts, seed)
         assert same(ref.run(*args), new.run(*args)), (tokens, experts)
+    seen: list[bool] = []
+    init = helper.__init__
+
+    def spy(self: Any, *a: Any, **k: Any) -> None:
+        init(self, *a, **k)
+        seen.append(self.ok)
+
+    helper.__init__ = spy
+    new.run(*args_for(reference, 64, 6, 2))
+    assert seen == [True]  # the batched branch ran, not the loop as written
     mask = torch.nn.functional.one_hot(torch.tensor([[0, 1], [1, 2], [0, 2]]), 4).permute(2, 0, 1)
     groups = helper(mask, 4)
     assert groups.ok and groups.valid.tolist() == [[1, 1], [1, 1], [1, 1], [0, 0]]
@@ -125,7 +156,9 @@ def test_the_batched_loop_computes_the_reference(reference: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "reference", [FORWARD, BACKWARD, HIT], ids=["forward", "backward", "hit-experts"]
+    "reference",
+    [FORWARD, BACKWARD, HIT, BOOL],
+    ids=["forward", "backward", "hit-experts", "boolean-mask"],
 )
 def test_the_loop_as_written_runs_where_padding_would_not_pay(reference: str) -> None:
     new = module_from_source(group_loops(reference)[0])
@@ -183,6 +216,22 @@ def test_loops_it_cannot_batch_are_left_alone(edit: tuple[str, str], why: str) -
     if edit[0] == "        return y":
         reference = FORWARD.replace("    return y\n", "    return y, h\n")
     assert reference != FORWARD
+    source, count, refused = group_loops(reference)
+    assert (source, count) == (reference, 0)
+    assert len(refused) == 1 and why in refused[0], refused
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (("y[m] = F.silu", "y[m] += m.sum() * F.silu"), "no `r1, r2 = torch.where"),
+        (("        if m.any():\n", "        print(m.sum())\n        if m.any():\n"), "no `r1"),
+        (("for e in range(w.shape[0]):", "for e in range(1, w.shape[0]):"), "range(n)"),
+    ],
+)
+def test_boolean_mask_loops_it_cannot_batch_are_left_alone(edit: tuple[str, str], why: str) -> None:
+    reference = BOOL.replace(*edit)
+    assert reference != BOOL
     source, count, refused = group_loops(reference)
     assert (source, count) == (reference, 0)
     assert len(refused) == 1 and why in refused[0], refused
