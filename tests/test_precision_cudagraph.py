@@ -11,7 +11,8 @@ Covered (CPU, the real guard on the bundled examples, one or two small workloads
 - cuda-graph agent: nothing on CPU; on a CUDA context it wraps the reference, then the
   board's best, again only when the best changes, never a C++ base.
 - precision agent: which policies it proposes where (none without float32 matmul work, no
-  TF32 on CPU, board base first); its candidates through the real guard on ``gemm_small``
+  TF32 on CPU, board base first); a policy on the reference rebased onto an incumbent that
+  reached the board before it was judged; its candidates through the real guard on ``gemm_small``
   with the conclusion asserted from the real verdict; TF32 flags reported by the guard,
   accepted by default and rejected under strict precision (the agent then stops).
 - state round trips through JSON; restore rejects malformed state; claims <= 300
@@ -408,6 +409,25 @@ def test_precision_goes_lowest_first_where_every_tolerance_admits_bf16(gemm: Pro
     rest = _proposals(agent, gemm, device="cuda", board=None, tolerances=loose)
     assert [p.tags[1] for p in rest] == ["bf16-matmul", "tf32"]
     assert [p.priority for p in rest] == [None, None]
+
+
+def test_precision_rebases_a_reference_policy_onto_a_new_incumbent(gemm: Problem) -> None:
+    """Asked on an empty board the agent proposes TF32 on the reference; when another agent's
+    incumbent reaches the board before that proposal is judged, the same policy goes on the
+    incumbent instead, and TF32 on the reference comes back later in the plan."""
+    agent = PrecisionAgent()
+    first = agent.propose(agent_context(gemm, device="cuda", board=None))
+    assert first is not None and first.tags[1:] == ("tf32", "reference")
+    assert agent.rebase(first, agent_context(gemm, device="cuda", board=None)) is None
+    board = _board(_view("rewrite", "g1", 1.4, _example(gemm, "solution_pytorch.json")))
+    moved = agent.rebase(first, agent_context(gemm, device="cuda", board=board))
+    assert moved is not None and moved.parent_id == "g1" and moved.tags[1:] == ("tf32", "board")
+    assert moved.priority == LEAD_PRIORITY
+    assert agent.rebase(moved, agent_context(gemm, device="cuda", board=board)) is None
+    restored = PrecisionAgent()
+    restored.restore(json.loads(json.dumps(agent.state())))
+    rest = _proposals(restored, gemm, device="cuda", board=board)
+    assert [(p.tags[1], p.parent_id) for p in rest][:2] == [("tf32", None), ("bf16-matmul", "g1")]
 
 
 @pytest.fixture(scope="module")

@@ -24,16 +24,18 @@ The guard also fails any candidate that misses a workload's tolerance, so a poli
 (becomes the incumbent) only when every workload passes.
 
 Bases, most promising first: the best incumbent of another agent on the board (when it is a
-Python-group solution), then the reference. Proposals go policy by policy, each on the board
-base then on the reference; the policies most precise first, except on CUDA when every
-workload's relative tolerance is at least 1e-2 (bf16 rounding fits): then least precise
-first (:func:`policy_order`), stepping up after a tolerance miss. A policy applies to a
-base only when the base calls a matmul-like torch operation (matmul, ``@``, mm/bmm/addmm,
-linear, conv, einsum, attention...) and works in float32 (a float32 input or output, or
-float32 in its source); on problems without any such work (e.g. an elementwise bf16
-kernel) the agent proposes nothing. Learning: a tolerance failure of a policy on a base
-skips the lower-precision policies on that base; a REWARD_HACK[precision] verdict (strict
-mode) stops the agent.
+Python-group solution), then the reference. A policy on the reference that is still waiting
+to be judged when another agent's incumbent reaches the board is rebased onto it
+(:meth:`PrecisionAgent.rebase`); the reference's turn comes later. Proposals go policy by
+policy, each on the board base then on the reference; the policies most precise first,
+except on CUDA when every workload's relative tolerance is at least 1e-2 (bf16 rounding
+fits): then least precise first (:func:`policy_order`), stepping up after a tolerance miss.
+A policy applies to a base only when the base calls a matmul-like torch operation (matmul,
+``@``, mm/bmm/addmm, linear, conv, einsum, attention...) and works in float32 (a float32
+input or output, or float32 in its source); on problems without any such work (e.g. an
+elementwise bf16 kernel) the agent proposes nothing. Learning: a tolerance failure of a
+policy on a base skips the lower-precision policies on that base; a REWARD_HACK[precision]
+verdict (strict mode) stops the agent.
 
 Not covered: fp16 policies, per-operation precision (only whole-call policies), Triton
 ``tl.dot`` input precision (TF32 switches do not reach Triton kernels), C++ bases.
@@ -46,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from kernelarc.agents.base import Agent
+from kernelarc.agents.base import Agent, Rebasing
 from kernelarc.agents.types import (
     AgentContext,
     CandidateResult,
@@ -239,7 +241,7 @@ def workload_names(results: list[WorkloadResult], var_axes: list[str], limit: in
     return ", ".join(names[:limit]) + (f" +{more} more" if more > 0 else "")
 
 
-class PrecisionAgent(Agent):
+class PrecisionAgent(Agent, Rebasing):
     """TF32 / bf16 precision policies on the board's best and on the reference."""
 
     name = "precision"
@@ -317,31 +319,66 @@ class PrecisionAgent(Agent):
             if digest in self._hashes:  # e.g. the board's best is the reference itself
                 continue
             self._hashes.append(digest)
-            self._count += 1
-            solution = policy_solution(
-                base.solution,
-                definition,
-                policy,
-                name=f"{definition.name}-precision-{policy.name}-{self._count}",
-                what=base.label,
-            )
-            self._pending = {
-                "policy": policy.name,
-                "base": base.key,
-                "label": base.label,
-                "baseline_ms": dict(base.baseline_ms),
-            }
-            on = "the board's best" if base.key != REFERENCE_BASE else "the reference"
-            return Proposal(
-                solution=solution,
-                hypothesis=f"{policy.label} on {on}: float32 matmul work at lower precision "
-                "runs on faster units; kept only if every workload's tolerance passes.",
-                parent_id=base.parent_id,
-                mode="draft" if context.must_draft else "refine",
-                tags=("precision", policy.name, "board" if base.parent_id else "reference"),
-                priority=LEAD_PRIORITY if policy is lead else None,
-            )
+            return self._proposal(context, policy, base, lead)
         return None
+
+    def _proposal(
+        self, context: AgentContext, policy: PrecisionPolicy, base: _Base, lead: PrecisionPolicy
+    ) -> Proposal:
+        definition = context.definition
+        self._count += 1
+        solution = policy_solution(
+            base.solution,
+            definition,
+            policy,
+            name=f"{definition.name}-precision-{policy.name}-{self._count}",
+            what=base.label,
+        )
+        self._pending = {
+            "policy": policy.name,
+            "base": base.key,
+            "label": base.label,
+            "baseline_ms": dict(base.baseline_ms),
+            "digest": f"{policy.name}:{base.solution.content_hash()}",
+        }
+        on = "the board's best" if base.key != REFERENCE_BASE else "the reference"
+        return Proposal(
+            solution=solution,
+            hypothesis=f"{policy.label} on {on}: float32 matmul work at lower precision "
+            "runs on faster units; kept only if every workload's tolerance passes.",
+            parent_id=base.parent_id,
+            mode="draft" if context.must_draft else "refine",
+            tags=("precision", policy.name, "board" if base.parent_id else "reference"),
+            priority=LEAD_PRIORITY if policy is lead else None,
+        )
+
+    def rebase(self, proposal: Proposal, context: AgentContext) -> Proposal | None:
+        """The pending policy on the reference, made before another agent's incumbent reached
+        the board, replaced by the same policy on that incumbent (the policy on the
+        reference is put back in the plan, to be tried later). Anything else is judged as
+        it is. On the H200 (2026-12-03, L2 025) TF32 on the reference was judged before TF32
+        on the new grouped-loop incumbent, and the 240 s limit cut the combination."""
+        pending = self._pending
+        if self._stopped or pending is None or pending["base"] != REFERENCE_BASE:
+            return None
+        policy = policy_named(str(pending["policy"]))
+        board = [b for b in self._bases(context) if b.key != REFERENCE_BASE]
+        if not board or policy.level >= self._floors.get(board[0].key, len(POLICIES) + 1):
+            return None
+        base = board[0]
+        digest = f"{policy.name}:{base.solution.content_hash()}"
+        if f"{policy.name}@{base.key}" in self._tried or digest in self._hashes:
+            return None
+        reference = f"{policy.name}@{REFERENCE_BASE}"
+        if reference in self._tried:
+            self._tried.remove(reference)
+        if pending.get("digest") in self._hashes:
+            self._hashes.remove(str(pending["digest"]))
+        self._count -= 1
+        self._tried.append(f"{policy.name}@{base.key}")
+        self._hashes.append(digest)
+        lead = policy_order(context.device, context.tolerances)[0]
+        return self._proposal(context, policy, base, lead)
 
     # ------------------------------------------------------------------ concluding
     def observe(self, result: CandidateResult) -> Conclusion:
