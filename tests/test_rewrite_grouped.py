@@ -10,7 +10,8 @@ then an add; ``A[tok, slot] +=`` per pair; an alias ``m = mask[e]``), experts wi
 tokens; the run-time fallbacks (one expert taking most rows, a one-dimensional mask, ``n``
 beyond the mask, a loop over other experts than those with tokens) with the loop as
 written; the refusals; the agent's plan (grouped first, the hoisted loop after a failure)
-and the grouped candidate PASSING the real guard on the CPU.
+and the grouped candidate PASSING the real guard on the CPU; in a real search with the
+precision agent, the grouped candidate judged first and the precision policy rebased onto it.
 
 Not covered: the speed and CUDA (H200 measurements in docs/PERFORMANCE.md); bodies that
 are not zero-preserving (the guard's tolerance check rejects them, not this module).
@@ -19,6 +20,7 @@ are not zero-preserving (the guard's tolerance check rejects them, not this modu
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from kernelarc.agents.types import AgentContext
 from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.problem.loader import load_problem
 from kernelarc.problem.schema import Solution
-from kernelarc.proposers.precision import LEAD_PRIORITY
+from kernelarc.proposers.precision import LEAD_PRIORITY, PrecisionAgent
 from kernelarc.proposers.rewrite import RewriteAgent
 from kernelarc.proposers.rewrite.agent import GROUPED_PRIORITY
 from kernelarc.proposers.rewrite.grouped import HELPER, group_loops
@@ -301,3 +303,48 @@ def test_the_agent_proposes_the_grouped_loop_first_and_it_passes_the_guard(
     passed = RewriteAgent()
     passed.restore(json.loads(json.dumps({**state, "tried": [{**tried[0], "passed": True}]})))
     assert passed.next_set() is None
+
+
+class _Opening(RewriteAgent):
+    """The rewrite agent, opening ``gate`` once its proposal is made."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def propose(self, context: AgentContext) -> Any:
+        try:
+            return super().propose(context)
+        finally:
+            self.gate.set()
+
+
+class _Gated(PrecisionAgent):
+    """The precision agent, proposing once ``gate`` is open: both proposals are ready
+    together, so the orchestrator orders them by priority, not by which thread won."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def propose(self, context: AgentContext) -> Any:
+        assert self.gate.wait(timeout=300)
+        return super().propose(context)
+
+
+def test_in_a_search_precision_stacks_on_the_grouped_loop(moe_problem: Any, tmp_path: Path) -> None:
+    """A real search (real guard and store, CPU) with the rewrite and precision agents: the
+    grouped candidate (priority 40) is judged first; the precision agent's lead policy was
+    proposed on the reference before it, and is rebased onto the new incumbent."""
+    from data.orchestrator.harness import search
+
+    gate = threading.Event()
+    agents = [_Opening(gate), _Gated(gate)]
+    config = GuardConfig(device="cpu", rounds=2, warmup=1, iterations=3, cache_dir=tmp_path)
+    with Guard(moe_problem, config) as guard:
+        run = search(guard, moe_problem, tmp_path / "run", agents, budget=2)
+    info = run.describe()
+    assert [c.agent for c in run.candidates] == ["rewrite", "precision"], info
+    grouped, stacked = run.candidates
+    assert stacked.parent_id == grouped.id, info
+    assert [p["agent"] for p in run.payloads("rebased")] == ["precision"], info
