@@ -99,3 +99,27 @@ def incumbent_view(agent: str, cid: str, score: float, solution: Any) -> Any:
 
     fields = {"agent": agent, "strategy": agent, "candidate_id": cid, "score": score}
     return IncumbentView(**fields, latencies_ms={}, solution=solution)
+
+
+def moe_loop_problem(root: Path, name: str, reference: str) -> Any:
+    """A small float32 MoE problem (``x [tokens, 8]``, ``router [tokens, 6]``, ``w [6, 8, 8]``
+    → ``y [tokens, 8]``) with ``reference`` as its reference and two workloads (5 and 40
+    tokens), written under ``root`` and loaded."""
+    from kernelarc.problem.loader import load_problem
+
+    definition = {
+        "name": name,
+        "axes": {"tokens": {"type": "var"}, "experts": {"type": "const", "value": 6},
+                 "hidden": {"type": "const", "value": 8}},
+        "inputs": {
+            "x": {"shape": ["tokens", "hidden"], "dtype": "float32"},
+            "router": {"shape": ["tokens", "experts"], "dtype": "float32"},
+            "w": {"shape": ["experts", "hidden", "hidden"], "dtype": "float32"},
+        },
+        "outputs": {"y": {"shape": ["tokens", "hidden"], "dtype": "float32"}},
+        "reference": reference,
+    }  # fmt: skip
+    (root / "definition.json").write_text(json.dumps(definition))
+    lines = [{"uuid": f"moe-t{t}", "axes": {"tokens": t}, "inputs": {}} for t in (5, 40)]
+    (root / "workload.jsonl").write_text("".join(json.dumps(w) + "\n" for w in lines))
+    return load_problem(root)

@@ -26,11 +26,10 @@ from typing import Any
 
 import pytest
 import torch
-from _shared import module_from_source
+from _shared import agent_context, module_from_source, moe_loop_problem
 
 from kernelarc.agents.types import AgentContext
 from kernelarc.guard.evaluator import Guard, GuardConfig
-from kernelarc.problem.loader import load_problem
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.precision import LEAD_PRIORITY, PrecisionAgent
 from kernelarc.proposers.rewrite import RewriteAgent
@@ -252,37 +251,14 @@ def test_an_entry_function_is_required() -> None:
 @pytest.fixture(scope="module")
 def moe_problem(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("moe_grouped")
-    definition = {
-        "name": "ka_test_moe_grouped",
-        "axes": {"tokens": {"type": "var"}, "experts": {"type": "const", "value": 6},
-                 "hidden": {"type": "const", "value": 8}},
-        "inputs": {
-            "x": {"shape": ["tokens", "hidden"], "dtype": "float32"},
-            "router": {"shape": ["tokens", "experts"], "dtype": "float32"},
-            "w": {"shape": ["experts", "hidden", "hidden"], "dtype": "float32"},
-        },
-        "outputs": {"y": {"shape": ["tokens", "hidden"], "dtype": "float32"}},
-        "reference": FORWARD,
-    }  # fmt: skip
-    (root / "definition.json").write_text(json.dumps(definition))
-    lines = [{"uuid": f"moe-t{t}", "axes": {"tokens": t}, "inputs": {}} for t in (5, 40)]
-    (root / "workload.jsonl").write_text("".join(json.dumps(w) + "\n" for w in lines))
-    return load_problem(root)
+    return moe_loop_problem(root, "ka_test_moe_grouped", FORWARD)
 
 
 def test_the_agent_proposes_the_grouped_loop_first_and_it_passes_the_guard(
     moe_problem: Any, tmp_path: Path
 ) -> None:
     agent = RewriteAgent()
-    ctx = AgentContext.model_validate(
-        {
-            "problem": moe_problem.definition.name,
-            "definition": moe_problem.definition,
-            "device": "cpu",
-            "workloads": tuple(dict(w.axes) for w in moe_problem.workloads),
-            "budget_left": 10,
-        }
-    )
+    ctx = agent_context(moe_problem)
     proposal = agent.propose(ctx)
     assert proposal is not None and proposal.tags == ("rewrite", "grouped")
     assert "batched GEMM" in proposal.hypothesis

@@ -20,11 +20,9 @@ from typing import Any
 
 import pytest
 import torch
-from _shared import module_from_source
+from _shared import agent_context, module_from_source, moe_loop_problem
 
-from kernelarc.agents.types import AgentContext
 from kernelarc.guard.evaluator import Guard, GuardConfig
-from kernelarc.problem.loader import load_problem
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.rewrite import RewriteAgent
 from kernelarc.proposers.rewrite.loops import HELPER, LoopRewriteError, hoist_wheres
@@ -123,37 +121,14 @@ def test_runtime_helper_falls_back_where_it_cannot_slice() -> None:
 @pytest.fixture(scope="module")
 def moe_problem(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("moe_loop")
-    definition = {
-        "name": "ka_test_moe_loop",
-        "axes": {"tokens": {"type": "var"}, "experts": {"type": "const", "value": 6},
-                 "hidden": {"type": "const", "value": 8}},
-        "inputs": {
-            "x": {"shape": ["tokens", "hidden"], "dtype": "float32"},
-            "router": {"shape": ["tokens", "experts"], "dtype": "float32"},
-            "w": {"shape": ["experts", "hidden", "hidden"], "dtype": "float32"},
-        },
-        "outputs": {"y": {"shape": ["tokens", "hidden"], "dtype": "float32"}},
-        "reference": moe(DIRECT),
-    }  # fmt: skip
-    (root / "definition.json").write_text(json.dumps(definition))
-    lines = [{"uuid": f"moe-t{t}", "axes": {"tokens": t}, "inputs": {}} for t in (5, 40)]
-    (root / "workload.jsonl").write_text("".join(json.dumps(w) + "\n" for w in lines))
-    return load_problem(root)
+    return moe_loop_problem(root, "ka_test_moe_loop", moe(DIRECT))
 
 
 def test_the_agent_proposes_the_hoisted_loop_and_it_passes_the_guard(
     moe_problem: Any, tmp_path: Path
 ) -> None:
     agent = RewriteAgent()
-    ctx = AgentContext.model_validate(
-        {
-            "problem": moe_problem.definition.name,
-            "definition": moe_problem.definition,
-            "device": "cpu",
-            "workloads": tuple(dict(w.axes) for w in moe_problem.workloads),
-            "budget_left": 10,
-        }
-    )
+    ctx = agent_context(moe_problem)
     first = agent.propose(ctx)  # the grouped family comes first (tests/test_rewrite_grouped.py)
     assert first is not None and first.tags == ("rewrite", "grouped")
     tried = [{"families": ["grouped"], "label": "x", "passed": False}]

@@ -59,7 +59,7 @@ from kernelarc.proposers.rewrite.grouped_match import (
 from kernelarc.proposers.rewrite.grouped_match import (
     header as read_header,
 )
-from kernelarc.proposers.rewrite.loops import LoopRewriteError
+from kernelarc.proposers.rewrite.loops import nested_blocks, parse_entry, with_runtime
 
 HELPER = "_KaGroups"
 RUNTIME = f'''
@@ -343,12 +343,7 @@ class _Grouper:
                     continue
                 except Refused as e:
                     self.refusals.append(f"loop line {stmt.lineno}: {e}")
-            for attr in ("body", "orelse", "finalbody"):
-                inner = getattr(stmt, attr, None)
-                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                    setattr(stmt, attr, self.block(inner))
-            for handler in getattr(stmt, "handlers", []):
-                handler.body = self.block(handler.body)
+            nested_blocks(stmt, self.block)
             out.append(stmt)
         return out
 
@@ -357,31 +352,14 @@ def group_loops(source: str, entry: str = "run") -> tuple[str, int, list[str]]:
     """``source`` with ``entry``'s matching expert loops batched over the experts, how many
     loops were rewritten (0: the source comes back unchanged) and why each other ``for``
     loop was refused."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as e:
-        raise LoopRewriteError(f"reference: syntax error line {e.lineno}: {e.msg}") from e
-    index = next(
-        (
-            i
-            for i, s in enumerate(tree.body)
-            if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and s.name == entry
-        ),
-        None,
-    )
-    if index is None:
-        raise LoopRewriteError(f"reference: no top-level function {entry!r}")
+    tree, index = parse_entry(source, entry)
     fn = tree.body[index]
     assert isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
     grouper = _Grouper(fn)
     fn.body = grouper.block(fn.body)
     if not grouper.count:
         return source, 0, grouper.refusals
-    tree.body[index:index] = ast.parse(RUNTIME).body
-    ast.fix_missing_locations(tree)
-    text = ast.unparse(tree)
-    compile(text, "solution.py", "exec")  # a syntax error here is a bug: fail loudly
-    return text + "\n", grouper.count, grouper.refusals
+    return with_runtime(tree, index, RUNTIME), grouper.count, grouper.refusals
 
 
 __all__ = ["HELPER", "RUNTIME", "group_loops"]

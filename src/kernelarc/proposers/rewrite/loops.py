@@ -27,6 +27,7 @@ there), and grouping the expert loop's GEMMs into one grouped GEMM.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 HELPER = "_KaRowsOf"
@@ -176,6 +177,17 @@ def _match(loop: ast.For) -> _Loop | None:
     return found if found.calls else None
 
 
+def nested_blocks(stmt: ast.stmt, block: Callable[[list[ast.stmt]], list[ast.stmt]]) -> None:
+    """Replace each statement list inside ``stmt`` (bodies, else and finally branches,
+    exception handlers) by ``block`` of it."""
+    for attr in ("body", "orelse", "finalbody"):
+        inner = getattr(stmt, attr, None)
+        if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+            setattr(stmt, attr, block(inner))
+    for handler in getattr(stmt, "handlers", []):
+        handler.body = block(handler.body)
+
+
 class _Hoister:
     def __init__(self) -> None:
         self.count = 0
@@ -184,12 +196,7 @@ class _Hoister:
     def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         out: list[ast.stmt] = []
         for stmt in stmts:
-            for attr in ("body", "orelse", "finalbody"):
-                inner = getattr(stmt, attr, None)
-                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
-                    setattr(stmt, attr, self.block(inner))
-            for handler in getattr(stmt, "handlers", []):
-                handler.body = self.block(handler.body)
+            nested_blocks(stmt, self.block)
             if isinstance(stmt, ast.For) and (found := _match(stmt)) is not None:
                 for x, calls in found.calls.items():
                     self.helpers += 1
@@ -210,34 +217,46 @@ class _Hoister:
         return out
 
 
-def hoist_wheres(source: str, entry: str = "run") -> tuple[str, int]:
-    """``source`` with the matched ``torch.where`` calls of ``entry``'s loops hoisted, and
-    how many calls were replaced (0: the source comes back unchanged)."""
+def parse_entry(source: str, entry: str) -> tuple[ast.Module, int]:
+    """The parsed ``source`` and the index of ``entry``'s top-level function in its body."""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
         raise LoopRewriteError(f"reference: syntax error line {e.lineno}: {e.msg}") from e
-    index = next(
-        (
-            i
-            for i, s in enumerate(tree.body)
-            if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and s.name == entry
-        ),
-        None,
-    )
-    if index is None:
-        raise LoopRewriteError(f"reference: no top-level function {entry!r}")
+    for i, s in enumerate(tree.body):
+        if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and s.name == entry:
+            return tree, i
+    raise LoopRewriteError(f"reference: no top-level function {entry!r}")
+
+
+def with_runtime(tree: ast.Module, index: int, runtime: str) -> str:
+    """``tree``'s source with ``runtime`` inserted before the entry function (at ``index``)."""
+    tree.body[index:index] = ast.parse(runtime).body
+    ast.fix_missing_locations(tree)
+    text = ast.unparse(tree)
+    compile(text, "solution.py", "exec")  # a syntax error here is a bug: fail loudly
+    return text + "\n"
+
+
+def hoist_wheres(source: str, entry: str = "run") -> tuple[str, int]:
+    """``source`` with the matched ``torch.where`` calls of ``entry``'s loops hoisted, and
+    how many calls were replaced (0: the source comes back unchanged)."""
+    tree, index = parse_entry(source, entry)
     fn = tree.body[index]
     assert isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
     hoister = _Hoister()
     fn.body = hoister.block(fn.body)
     if not hoister.count:
         return source, 0
-    tree.body[index:index] = ast.parse(RUNTIME).body
-    ast.fix_missing_locations(tree)
-    text = ast.unparse(tree)
-    compile(text, "solution.py", "exec")  # a syntax error here is a bug: fail loudly
-    return text + "\n", hoister.count
+    return with_runtime(tree, index, RUNTIME), hoister.count
 
 
-__all__ = ["HELPER", "RUNTIME", "LoopRewriteError", "hoist_wheres"]
+__all__ = [
+    "HELPER",
+    "RUNTIME",
+    "LoopRewriteError",
+    "hoist_wheres",
+    "nested_blocks",
+    "parse_entry",
+    "with_runtime",
+]
