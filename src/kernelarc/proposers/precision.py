@@ -362,12 +362,12 @@ class PrecisionAgent(Agent, Rebasing):
         if self._stopped or pending is None or pending["base"] != REFERENCE_BASE:
             return None
         policy = policy_named(str(pending["policy"]))
-        board = [b for b in self._bases(context) if b.key != REFERENCE_BASE]
-        if not board or policy.level >= self._floors.get(board[0].key, len(POLICIES) + 1):
+        board = [b for _, b in self._plans(context, [policy]) if b.key != REFERENCE_BASE]
+        if not board:  # no board base, or this policy is tried or below its floor there
             return None
         base = board[0]
         digest = f"{policy.name}:{base.solution.content_hash()}"
-        if f"{policy.name}@{base.key}" in self._tried or digest in self._hashes:
+        if digest in self._hashes:
             return None
         reference = f"{policy.name}@{REFERENCE_BASE}"
         if reference in self._tried:

@@ -54,12 +54,10 @@ from kernelarc.proposers.rewrite.grouped_match import (
     accumulation,
     bool_form,
     names,
+    read_header,
     row_index,
 )
-from kernelarc.proposers.rewrite.grouped_match import (
-    header as read_header,
-)
-from kernelarc.proposers.rewrite.loops import nested_blocks, parse_entry, with_runtime
+from kernelarc.proposers.rewrite.loops import load_counts, nested_blocks, parse_entry, with_runtime
 
 HELPER = "_KaGroups"
 RUNTIME = f'''
@@ -179,15 +177,7 @@ class _Body(ast.NodeTransformer):
         return node
 
 
-def _count_loads(node: ast.AST) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-            counts[n.id] = counts.get(n.id, 0) + 1
-    return counts
-
-
-def _grouped(loop: ast.For, fn: ast.AST, k: int) -> list[ast.stmt]:
+def _grouped(loop: ast.For, fn: ast.stmt, k: int) -> list[ast.stmt]:
     """The statements that replace ``loop`` (its own index ``k`` names the helpers)."""
     work, eq = loop, f"_ka_eq{k}"
     try:
@@ -207,7 +197,7 @@ def _grouped(loop: ast.For, fn: ast.AST, k: int) -> list[ast.stmt]:
     alias = {plan.mask, plan.loop_var} | (header - set(plan.rows) - {plan.var})
     if locals_ & (header | alias):
         raise Refused("the loop assigns its mask, its variable or its rows again")
-    in_fn, in_loop = _count_loads(fn), _count_loads(loop)
+    in_fn, in_loop = load_counts([fn]), load_counts([loop])
     for name in locals_ | header | {plan.loop_var}:
         if in_fn.get(name, 0) > in_loop.get(name, 0):
             raise Refused(f"{name!r} is read after the loop")
@@ -328,7 +318,7 @@ def _emit(loop: ast.For, plan: Plan, new_body: list[ast.stmt], k: int) -> list[a
 
 
 class _Grouper:
-    def __init__(self, fn: ast.AST) -> None:
+    def __init__(self, fn: ast.stmt) -> None:
         self.fn = fn
         self.count = 0
         self.refusals: list[str] = []

@@ -1,6 +1,6 @@
 """Matching for the grouped rewrite (:mod:`.grouped`): which expert loops it batches.
 
-:func:`header` reads a loop's head: the expert index (``for V in range(n)``, or
+:func:`read_header` reads a loop's head: the expert index (``for V in range(n)``, or
 ``for V in hit: U = V.item()``), the ``torch.where(mask[U])`` rows, the alias and the
 empty-expert ``continue`` it consumes; :func:`bool_form` first turns a boolean-mask loop
 (``M = F == V``, ``if M.any():``) into that form. :func:`accumulation` classifies each body
@@ -13,7 +13,7 @@ import ast
 import copy
 from dataclasses import dataclass, field
 
-from kernelarc.proposers.rewrite.loops import _row_of, _where_arg
+from kernelarc.proposers.rewrite.loops import row_of, where_arg
 
 
 class Refused(Exception):
@@ -38,9 +38,9 @@ class Plan:
     """``Y`` of every ``Y[V]`` → the body's parameter name for its per-expert slice."""
     accs: list[tuple[str, ast.stmt]] = field(default_factory=list)
     outputs: int = 0
+    """How many tensors the batched body returns (two per ``A[V] += L @ R``, else one)."""
     eq_of: str | None = None
     """``F`` of a boolean-mask loop (``M = (F == V)``): rows are disjoint across experts."""
-    """How many tensors the batched body returns (two per ``A[V] += L @ R``, else one)."""
 
 
 def names(node: ast.AST, ctx: type) -> set[str]:
@@ -164,7 +164,7 @@ def bool_form(loop: ast.For, eq: str) -> tuple[ast.For, str] | None:
     return new, f
 
 
-def header(loop: ast.For) -> Plan:
+def read_header(loop: ast.For) -> Plan:
     if loop.orelse or not isinstance(loop.target, ast.Name) or not loop.body:
         raise Refused("not a `for V in range(n)` or `for V in hit` loop")
     var, body = loop.target.id, loop.body
@@ -192,7 +192,7 @@ def header(loop: ast.For) -> Plan:
             and isinstance(st.targets[0], ast.Tuple)
             and all(isinstance(t, ast.Name) for t in st.targets[0].elts)
             and isinstance(st.value, ast.Call)
-            and _where_arg(st.value) is not None
+            and where_arg(st.value) is not None
         ),
         None,
     )
@@ -200,7 +200,7 @@ def header(loop: ast.For) -> Plan:
         raise Refused("no `r1, r2 = torch.where(...)` in the body")
     where = body[w]
     assert isinstance(where, ast.Assign) and isinstance(where.value, ast.Call)
-    arg = _where_arg(where.value)
+    arg = where_arg(where.value)
     assert arg is not None
     if (
         isinstance(arg, ast.Call)
@@ -212,14 +212,14 @@ def header(loop: ast.For) -> Plan:
         and arg.args[0].value == 0
     ):
         arg, plan.squeeze = arg.func.value, True  # a no-op on ``X[U]`` unless X.shape[1] == 1
-    if (mask := _row_of(arg, plan.var)) is None and isinstance(arg, ast.Name):
+    if (mask := row_of(arg, plan.var)) is None and isinstance(arg, ast.Name):
         for j, st in enumerate(body[:w]):
             if (
                 isinstance(st, ast.Assign)
                 and len(st.targets) == 1
                 and isinstance(st.targets[0], ast.Name)
                 and st.targets[0].id == arg.id
-                and (mask := _row_of(st.value, plan.var)) is not None
+                and (mask := row_of(st.value, plan.var)) is not None
             ):
                 plan.skip.add(j)  # the alias ``M = X[U]``
                 break
@@ -312,4 +312,4 @@ def accumulation(stmt: ast.stmt, plan: Plan) -> tuple[str, str, ast.expr] | None
     raise Refused(f"line {stmt.lineno}: {type(stmt).__name__} statements are not batched")
 
 
-__all__ = ["Plan", "Refused", "accumulation", "bool_form", "header", "names", "row_index"]
+__all__ = ["Plan", "Refused", "accumulation", "bool_form", "names", "read_header", "row_index"]

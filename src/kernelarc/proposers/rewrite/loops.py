@@ -21,7 +21,7 @@ back to ``torch.where``.
 Not covered: masks computed inside the loop (``idx == e``, ``.any()``, boolean-mask
 indexing), other waits in the body (``.item()``, ``int(t)``, ``if t.sum() > 0``), writes
 to ``X``'s storage through another name (the guard's correctness rounds are the check
-there), and grouping the expert loop's GEMMs into one grouped GEMM.
+there). Grouping the expert loop's GEMMs into batched GEMMs is :mod:`.grouped`'s work.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def _is_torch(func: ast.expr, name: str) -> bool:
     )
 
 
-def _row_of(node: ast.expr, var: str) -> str | None:
+def row_of(node: ast.expr, var: str) -> str | None:
     """``X`` when ``node`` is ``X[var]`` with ``X`` a plain name."""
     if (
         isinstance(node, ast.Subscript)
@@ -99,7 +99,7 @@ def _row_of(node: ast.expr, var: str) -> str | None:
     return None
 
 
-def _where_arg(call: ast.Call) -> ast.expr | None:
+def where_arg(call: ast.Call) -> ast.expr | None:
     """The mask argument of ``torch.where(m)`` / ``torch.nonzero(m, as_tuple=True)``."""
     if len(call.args) != 1 or any(isinstance(a, ast.Starred) for a in call.args):
         return None
@@ -121,7 +121,8 @@ def _stores(body: list[ast.stmt]) -> dict[str, int]:
     return counts
 
 
-def _loads(body: list[ast.stmt]) -> dict[str, int]:
+def load_counts(body: list[ast.stmt]) -> dict[str, int]:
+    """How many times each name is read in ``body``."""
     counts: dict[str, int] = {}
     for stmt in body:
         for n in ast.walk(stmt):
@@ -147,7 +148,7 @@ def _match(loop: ast.For) -> _Loop | None:
             isinstance(stmt, ast.Assign)
             and len(stmt.targets) == 1
             and isinstance(stmt.targets[0], ast.Name)
-            and (x := _row_of(stmt.value, found.var)) is not None
+            and (x := row_of(stmt.value, found.var)) is not None
             and stores.get(stmt.targets[0].id) == 1
         ):
             found.aliases[stmt.targets[0].id] = x
@@ -157,9 +158,9 @@ def _match(loop: ast.For) -> _Loop | None:
             if stmt.targets[0].id in found.aliases:
                 seen_alias.add(stmt.targets[0].id)
         for n in ast.walk(stmt):
-            if not isinstance(n, ast.Call) or (arg := _where_arg(n)) is None:
+            if not isinstance(n, ast.Call) or (arg := where_arg(n)) is None:
                 continue
-            if (x := _row_of(arg, found.var)) is not None:
+            if (x := row_of(arg, found.var)) is not None:
                 found.calls.setdefault(x, []).append(n)
                 found.uses[x] = found.uses.get(x, 0) + 1
             elif isinstance(arg, ast.Name) and arg.id in seen_alias:
@@ -168,7 +169,7 @@ def _match(loop: ast.For) -> _Loop | None:
                 found.uses[arg.id] = found.uses.get(arg.id, 0) + 1
     for x in found.aliases.values():
         found.uses[x] = found.uses.get(x, 0) + 1  # the alias's own ``X[V]``
-    loads = _loads(loop.body)
+    loads = load_counts(loop.body)
     for x in list(found.calls):
         names = [x, *(m for m, mx in found.aliases.items() if mx == x)]
         # X must not be written in the loop, and X and its aliases used only as matched
@@ -256,7 +257,10 @@ __all__ = [
     "RUNTIME",
     "LoopRewriteError",
     "hoist_wheres",
+    "load_counts",
     "nested_blocks",
     "parse_entry",
+    "row_of",
+    "where_arg",
     "with_runtime",
 ]
