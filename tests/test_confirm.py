@@ -25,7 +25,7 @@ from data.orchestrator.harness import (
 
 from kernelarc.agents.types import CandidateResult, WorkloadResult
 from kernelarc.guard.evaluator import Guard
-from kernelarc.orchestration.confirm import CONFIRMER, reproduced, slowdown
+from kernelarc.orchestration.confirm import CONFIRMER, draws_at_run_time, reproduced, slowdown
 from kernelarc.problem.loader import Problem, load_problem, load_solution
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.scripted import ScriptedAgent
@@ -187,8 +187,9 @@ def test_time_is_kept_for_the_confirmation_and_it_is_skipped_without_it(
     guard: Guard, problem: Problem, tmp_path: Path
 ) -> None:
     """Under a time limit the search keeps the best candidate's judging time (screening and
-    full stage) for its confirmation; with no time left the confirmation is skipped, says
-    why, and the search's measurement is handed over."""
+    full stage) for its confirmation when the best can draw at run time (it compiles); a
+    solution in eager PyTorch gets no reserve. With no time left the confirmation is
+    skipped, says why, and the search's measurement is handed over."""
     import time
 
     from kernelarc.agents.types import IncumbentView
@@ -201,7 +202,9 @@ def test_time_is_kept_for_the_confirmation_and_it_is_skipped_without_it(
     a, b = ScriptedAgent([], name="A"), ScriptedAgent([], name="B")
     store = SQLiteStore(tmp_path / "store.sqlite")
     try:
-        for on in (True, False):
+        compiled = rms_solution("c", rms("c").sources[0].content + "\nrun = torch.compile(run)\n")
+        assert draws_at_run_time(compiled) and not draws_at_run_time(rms("c1"))
+        for on, best, kept in ((True, compiled, 4.0), (False, compiled, 0.0), (True, None, 0.0)):
             cfg = run_config(problem, ["A"], time_limit_s=100.0, confirm=on)
             orch = Orchestrator(problem, [a, b], cfg, RunDir(tmp_path), store, guard, {})
             orch.full_s, orch.screen_cost = {"c1": 3.0, "c2": 30.0}, {"c1": 1.0, "c2": 1.0}
@@ -212,10 +215,11 @@ def test_time_is_kept_for_the_confirmation_and_it_is_skipped_without_it(
                     candidate_id=cid,
                     score=score,
                     latencies_ms={},
-                    solution=rms(cid),
+                    solution=best if best and cid == "c1" else rms(cid),
                 )
                 orch.board.update(view, owner=agent)
-            assert orch.reserve() == (4.0 if on else 0.0)  # c1's, the best: not c2's 31 s
+            # c1's, the best: not c2's 31 s; nothing when c1 cannot draw at run time
+            assert orch.reserve() == kept, (on, best)
         rec = store.add_candidate(
             CandidateRecord(
                 id="c0001-A",

@@ -25,9 +25,16 @@ confirmation (not the search's). Each confirmation is a finisher's candidate
 Not covered: a draw that is lucky twice (in the search and again here: one new process per
 candidate, not a distribution of them); what differs on the user's machine (another GPU,
 driver or library version); a solution that is slow only in a process that has already
-called it many times. Under a time limit the search keeps time for the first confirmation
-(``Orchestrator.reserve``); with less time left than the candidate's judgement took,
-the confirmation is skipped with an event and the search's measurement is handed over.
+called it many times.
+
+Under a time limit the search keeps time for the first confirmation (``Orchestrator.reserve``)
+only when the board's best solution can draw at run time (:func:`draws_at_run_time`: it
+compiles or autotunes when first called); a solution that cannot gets the confirmation only
+when time is left after the search. With less time left than the candidate's judgement
+took, the confirmation is skipped with an event and the search's measurement is handed
+over. Why not always keep the time: L2 025 on the H200 (session 20), the reserve for the
+grouped rewrite (eager PyTorch, 99 s of judging) cut the full stage of TF32 on it (screened
+at 5.5x against 1.7x), and the confirmation was then skipped anyway (89 s left).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import math
 from typing import TYPE_CHECKING
 
 from kernelarc.agents.types import Conclusion, Outcome, WorkloadResult
+from kernelarc.problem.schema import RUNTIME_COMPILE_MARKERS, Solution
 from kernelarc.store.base import CandidateRecord, EvaluationRecord
 
 if TYPE_CHECKING:
@@ -52,6 +60,21 @@ TRIES = 3
 """Candidates confirmed at most: the chosen one and two runners-up."""
 
 Pass = tuple[CandidateRecord, EvaluationRecord]
+
+DRAW_MARKERS = (*RUNTIME_COMPILE_MARKERS, "autotune")
+"""Text in a Python source that makes its speed a run-time draw: Inductor's compiles (and
+its ``max-autotune`` picks), Triton's ``@triton.autotune``. A Triton kernel with fixed
+launch parameters, a CUDA C++ build or a static TunableOp table compiles the same way in
+every process."""
+
+
+def draws_at_run_time(solution: Solution) -> bool:
+    """Whether ``solution``'s speed may differ between new processes because it compiles or
+    autotunes when first called (a textual test on its ``.py`` sources: a scheduling
+    estimate, not a security check)."""
+    return any(
+        m in s.content for s in solution.sources if s.path.endswith(".py") for m in DRAW_MARKERS
+    )
 
 
 def slowdown(
