@@ -23,8 +23,9 @@ as alternatives (the first that passes ends the plan): ``grouped`` (:mod:`.group
 the loop by one ``vmap`` of its body over all experts (batched GEMMs, rows padded to the
 largest expert; same function, rounding may differ), and ``loops`` (:mod:`.loops`, exact)
 computes all iterations' indices with one device wait. Of the 156 dev references, grouped
-applies to 6 (L2 008, 010, 013, 025, 047, 061; 010 and 061 loop over the experts that have
-tokens, 047 selects rows with a boolean mask), loops to 3 (008, 013, 025). Not covered:
+applies to 7 (L2 008, 010, 013, 025, 047, 048, 061; 010 and 061 loop over the experts that
+have tokens, 047 selects rows with a boolean mask, 048 walks expert-sorted tokens in
+segments: :mod:`.segments`), loops to 3 (008, 013, 025). Not covered:
 rewriting other agents' candidates, FP8 ``_scaled_mm`` (see :mod:`.rewrites`).
 """
 

@@ -38,9 +38,11 @@ differently from per-expert ones, and padding rows are gathered as zeros, so an
 contributions (true for linear layers, SwiGLU MLPs and their backward passes, not for a
 bias or ``exp``). Data-dependent Python control flow in the body fails under ``vmap``,
 and the candidate with it. Not covered: masks built otherwise in the loop (``.any()`` in
-an expression, ``nonzero`` of a comparison), experts as contiguous segments of sorted
-tokens, bodies that call ``.item()``, nested expert loops, expert modules (``nn.Module``
-lists). Of the 156 dev references it batches 6 (L2 008, 010, 013, 025, 047, 061).
+an expression, ``nonzero`` of a comparison), bodies that call ``.item()``, nested expert
+loops, expert modules (``nn.Module`` lists). A loop this form refuses is tried in the
+sorted-segment form (:mod:`.segments`: contiguous row segments of expert-sorted tokens,
+``torch.cat`` of the per-expert outputs). Of the 156 dev references the two forms batch 7
+(L2 008, 010, 013, 025, 047, 061; 048 in the segment form).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ from kernelarc.proposers.rewrite.grouped_match import (
     row_index,
 )
 from kernelarc.proposers.rewrite.loops import load_counts, nested_blocks, parse_entry, with_runtime
+from kernelarc.proposers.rewrite.segments import RUNTIME as SEGMENTS_RUNTIME
+from kernelarc.proposers.rewrite.segments import is_segment_loop, segment_loop
 
 HELPER = "_KaGroups"
 RUNTIME = f'''
@@ -321,6 +325,7 @@ class _Grouper:
     def __init__(self, fn: ast.stmt) -> None:
         self.fn = fn
         self.count = 0
+        self.segments = 0
         self.refusals: list[str] = []
 
     def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
@@ -332,7 +337,16 @@ class _Grouper:
                     self.count += 1
                     continue
                 except Refused as e:
-                    self.refusals.append(f"loop line {stmt.lineno}: {e}")
+                    why = f"loop line {stmt.lineno}: {e}"
+                if is_segment_loop(stmt):  # the sorted-segment form (:mod:`.segments`)
+                    try:
+                        out.extend(segment_loop(stmt, out, self.fn, self.count + 1))
+                        self.count += 1
+                        self.segments += 1
+                        continue
+                    except Refused as e:
+                        why = f"loop line {stmt.lineno}: segments: {e}"
+                self.refusals.append(why)
             nested_blocks(stmt, self.block)
             out.append(stmt)
         return out
@@ -349,7 +363,10 @@ def group_loops(source: str, entry: str = "run") -> tuple[str, int, list[str]]:
     fn.body = grouper.block(fn.body)
     if not grouper.count:
         return source, 0, grouper.refusals
-    return with_runtime(tree, index, RUNTIME), grouper.count, grouper.refusals
+    runtime = RUNTIME * (grouper.count > grouper.segments) + SEGMENTS_RUNTIME * bool(
+        grouper.segments
+    )
+    return with_runtime(tree, index, runtime), grouper.count, grouper.refusals
 
 
 __all__ = ["HELPER", "RUNTIME", "group_loops"]
