@@ -30,16 +30,13 @@ plain names (the body's locals) and ``L.append(e)`` (each list once); the segmen
 ``len(L) == 0`` (``!=``, ``>``), ``not L`` or ``if L:`` (the batched ``L`` holds one
 element where the loop as written appends one per expert: equal only for these reads).
 
-Refused (the loop is left as it is), with the reason: the count, ``start``, ``end`` or
-``e`` used another way (``e * 2``, ``X[start:end + 1]``, ``range(c)``), a slice before
-``end`` is set or after ``start`` moves, another statement kind (a call, an ``if``, a
-subscript store), a local read before it is assigned or read outside the loop, a list
-read otherwise (``outputs[0]``, ``len(outputs)`` as a number), no ``start = 0`` or
-``L = []`` before the loop. At run time the loop as written runs instead when ``counts``
-is not a one-dimensional sequence of non-negative integers (a tensor, a NumPy array, a
-list of ``int``) with ``n`` entries or more, when a segmented ``X`` is not a tensor with
-exactly ``sum(counts)`` rows, when a ``W`` is not a tensor with ``n`` rows or more, when
-no expert has rows, or when padding would more than double the rows.
+Refused, with the reason: the count, ``start``, ``end`` or ``e`` used another way (``e * 2``,
+``X[start:end + 1]``), a slice before ``end`` is set or after ``start`` moves, another
+statement kind, a local read before it is assigned or after the loop, a list read
+otherwise, no ``start = 0`` or ``L = []`` before the loop. The loop as written runs
+instead (``_KaSegments.ok``) when ``counts`` is not a 1-D sequence of ``n`` or more
+non-negative ints, a segmented ``X`` has not ``sum(counts)`` rows, a ``W`` has fewer than
+``n`` rows, no expert has rows, or padding would more than double the rows.
 
 Not exact: batched GEMMs round differently (the guard's tolerance check judges). The
 body must be row-wise (an output row a function of its input row): one that mixes rows
