@@ -123,3 +123,17 @@ def moe_loop_problem(root: Path, name: str, reference: str) -> Any:
     lines = [{"uuid": f"moe-t{t}", "axes": {"tokens": t}, "inputs": {}} for t in (5, 40)]
     (root / "workload.jsonl").write_text("".join(json.dumps(w) + "\n" for w in lines))
     return load_problem(root)
+
+
+def cpu_guard_verdict(problem: Any, proposal: Any, cache_dir: Path) -> tuple[Any, list[Any]]:
+    """``proposal``'s solution (through its JSON form, as a user would hand it over) judged
+    by a real CPU guard with a small protocol: the evaluation and its (status, log head)
+    per workload."""
+    from kernelarc.guard.evaluator import Guard, GuardConfig
+    from kernelarc.problem.schema import Solution
+
+    sol = Solution.model_validate(proposal.solution.model_dump(mode="json"))
+    config = GuardConfig(device="cpu", rounds=2, warmup=1, iterations=3, cache_dir=cache_dir)
+    with Guard(problem, config) as guard:
+        ev = guard.evaluate(sol)
+    return ev, [(o.status.value, o.log[:300]) for o in ev.outcomes]

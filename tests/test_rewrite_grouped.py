@@ -26,11 +26,10 @@ from typing import Any
 
 import pytest
 import torch
-from _shared import agent_context, module_from_source, moe_loop_problem
+from _shared import agent_context, cpu_guard_verdict, module_from_source, moe_loop_problem
 
 from kernelarc.agents.types import AgentContext
 from kernelarc.guard.evaluator import Guard, GuardConfig
-from kernelarc.problem.schema import Solution
 from kernelarc.proposers.precision import LEAD_PRIORITY, PrecisionAgent
 from kernelarc.proposers.rewrite import RewriteAgent
 from kernelarc.proposers.rewrite.agent import GROUPED_PRIORITY
@@ -261,11 +260,7 @@ def test_the_agent_proposes_the_grouped_loop_first_and_it_passes_the_guard(
     assert proposal is not None and proposal.tags == ("rewrite", "grouped")
     assert "batched GEMM" in proposal.hypothesis
     assert proposal.priority == GROUPED_PRIORITY > LEAD_PRIORITY  # before TF32 on the reference
-    sol = Solution.model_validate(proposal.solution.model_dump(mode="json"))
-    config = GuardConfig(device="cpu", rounds=2, warmup=1, iterations=3, cache_dir=tmp_path)
-    with Guard(moe_problem, config) as guard:
-        ev = guard.evaluate(sol)
-    statuses = [(o.status.value, o.log[:300]) for o in ev.outcomes]
+    ev, statuses = cpu_guard_verdict(moe_problem, proposal, tmp_path)
     assert [s for s, _ in statuses] == ["PASSED", "PASSED"], statuses
     state = agent.state()
     assert state["families"] == ["grouped", "loops"]

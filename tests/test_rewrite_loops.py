@@ -20,10 +20,8 @@ from typing import Any
 
 import pytest
 import torch
-from _shared import agent_context, module_from_source, moe_loop_problem
+from _shared import agent_context, cpu_guard_verdict, module_from_source, moe_loop_problem
 
-from kernelarc.guard.evaluator import Guard, GuardConfig
-from kernelarc.problem.schema import Solution
 from kernelarc.proposers.rewrite import RewriteAgent
 from kernelarc.proposers.rewrite.loops import HELPER, LoopRewriteError, hoist_wheres
 
@@ -136,11 +134,7 @@ def test_the_agent_proposes_the_hoisted_loop_and_it_passes_the_guard(
     proposal = agent.propose(ctx)  # after a failed grouped candidate: the hoisted loop
     assert proposal is not None and proposal.tags == ("rewrite", "loops")
     assert "one wait" in proposal.hypothesis and "bit-exact" in proposal.hypothesis
-    sol = Solution.model_validate(proposal.solution.model_dump(mode="json"))
-    config = GuardConfig(device="cpu", rounds=2, warmup=1, iterations=3, cache_dir=tmp_path)
-    with Guard(moe_problem, config) as guard:
-        ev = guard.evaluate(sol)
-    statuses = [(o.status.value, o.log[:300]) for o in ev.outcomes]
+    ev, statuses = cpu_guard_verdict(moe_problem, proposal, tmp_path)
     assert [s for s, _ in statuses] == ["PASSED", "PASSED"], statuses
     errors = [t.evaluation.correctness for t in ev.traces if t.evaluation is not None]
     assert len(errors) == 2 and all(c is not None and c.max_absolute_error == 0 for c in errors)

@@ -24,10 +24,14 @@ from typing import Any
 
 import pytest
 import torch
-from _shared import agent_context, module_from_source, moe_loop_problem, shared_problems_root
+from _shared import (
+    agent_context,
+    cpu_guard_verdict,
+    module_from_source,
+    moe_loop_problem,
+    shared_problems_root,
+)
 
-from kernelarc.guard.evaluator import Guard, GuardConfig
-from kernelarc.problem.schema import Solution
 from kernelarc.proposers.rewrite import RewriteAgent
 from kernelarc.proposers.rewrite.grouped import group_loops
 from kernelarc.proposers.rewrite.segments import HELPER
@@ -265,9 +269,5 @@ def test_the_agent_proposes_the_segments_as_grouped_and_they_pass_the_guard(
     assert proposal is not None and proposal.tags == ("rewrite", "grouped")
     assert agent.state()["families"] == ["grouped"]
     assert "torch.func.vmap(_ka_seg1)" in proposal.solution.sources[0].content
-    sol = Solution.model_validate(proposal.solution.model_dump(mode="json"))
-    config = GuardConfig(device="cpu", rounds=2, warmup=1, iterations=3, cache_dir=tmp_path)
-    with Guard(segments_problem, config) as guard:
-        ev = guard.evaluate(sol)
-    statuses = [(o.status.value, o.log[:300]) for o in ev.outcomes]
+    ev, statuses = cpu_guard_verdict(segments_problem, proposal, tmp_path)
     assert [s for s, _ in statuses] == ["PASSED", "PASSED"], statuses

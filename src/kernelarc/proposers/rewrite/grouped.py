@@ -59,7 +59,13 @@ from kernelarc.proposers.rewrite.grouped_match import (
     read_header,
     row_index,
 )
-from kernelarc.proposers.rewrite.loops import load_counts, nested_blocks, parse_entry, with_runtime
+from kernelarc.proposers.rewrite.loops import (
+    load_counts,
+    nested_blocks,
+    parse_entry,
+    vmap_or_loop,
+    with_runtime,
+)
 from kernelarc.proposers.rewrite.segments import RUNTIME as SEGMENTS_RUNTIME
 from kernelarc.proposers.rewrite.segments import is_segment_loop, segment_loop
 
@@ -293,32 +299,18 @@ def _emit(loop: ast.For, plan: Plan, new_body: list[ast.stmt], k: int) -> list[a
             a = ast.unparse(stmt.value.func.value)  # type: ignore[attr-defined]
             apply.append(f"{a}.index_add_(0, {g}.cols[{col}], {g}.kept({out}[{i}]))")
         i += 1
-    text = "\n".join(
-        [
-            *head,
-            f"if {g}.ok:",
-            f"    def {fn}({params}):",
-            f"        {rows} = _ka_rows",
-            "        pass",
-            f"        return ({rets})",
-            f"    {out} = torch.func.vmap({fn})({args})",
-            *(f"    {line}" for line in apply),
-            "else:",
-            f"    for {plan.loop_var} in {again}:",
-            "        pass",
-        ]
+    return vmap_or_loop(
+        head,
+        f"{g}.ok",
+        f"{fn}({params})",
+        new_body,
+        f"({rets})",
+        f"{out} = torch.func.vmap({fn})({args})",
+        apply,
+        loop,
+        f"{plan.loop_var} in {again}",
+        prelude=f"{rows} = _ka_rows",
     )
-    stmts = ast.parse(text).body
-    branch = stmts[-1]
-    assert isinstance(branch, ast.If)
-    body_fn = branch.body[0]
-    fallback = branch.orelse[0]
-    assert isinstance(body_fn, ast.FunctionDef) and isinstance(fallback, ast.For)
-    body_fn.body[1:2] = new_body
-    fallback.body = loop.body
-    for s in stmts:
-        ast.copy_location(s, loop)
-    return stmts
 
 
 class _Grouper:

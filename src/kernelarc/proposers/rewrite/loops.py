@@ -239,6 +239,51 @@ def with_runtime(tree: ast.Module, index: int, runtime: str) -> str:
     return text + "\n"
 
 
+def vmap_or_loop(
+    head: list[str],
+    ok: str,
+    fn: str,
+    body: list[ast.stmt],
+    ret: str,
+    call: str,
+    apply: list[str],
+    loop: ast.For,
+    again: str,
+    prelude: str = "",
+) -> list[ast.stmt]:
+    """The statements that replace ``loop`` in a batched rewrite: the ``head`` lines, then
+    ``if ok:`` the function ``def fn:`` (``fn``: name and parameters) whose body is
+    ``prelude``, ``body`` and ``return ret``, the ``call`` line (which runs it under
+    ``vmap``) and the ``apply`` lines; else ``for again:`` with ``loop``'s own body (the
+    loop as written). Every statement is placed at ``loop``."""
+    text = "\n".join(
+        [
+            *head,
+            f"if {ok}:",
+            f"    def {fn}:",
+            *([f"        {prelude}"] if prelude else []),
+            "        pass",
+            f"        return {ret}",
+            f"    {call}",
+            *(f"    {line}" for line in apply),
+            "else:",
+            f"    for {again}:",
+            "        pass",
+        ]
+    )
+    stmts = ast.parse(text).body
+    branch = stmts[-1]
+    assert isinstance(branch, ast.If)
+    body_fn, fallback = branch.body[0], branch.orelse[0]
+    assert isinstance(body_fn, ast.FunctionDef) and isinstance(fallback, ast.For)
+    at = 1 if prelude else 0
+    body_fn.body[at : at + 1] = body
+    fallback.body = loop.body
+    for s in stmts:
+        ast.copy_location(s, loop)
+    return stmts
+
+
 def hoist_wheres(source: str, entry: str = "run") -> tuple[str, int]:
     """``source`` with the matched ``torch.where`` calls of ``entry``'s loops hoisted, and
     how many calls were replaced (0: the source comes back unchanged)."""
@@ -261,6 +306,7 @@ __all__ = [
     "nested_blocks",
     "parse_entry",
     "row_of",
+    "vmap_or_loop",
     "where_arg",
     "with_runtime",
 ]

@@ -53,7 +53,7 @@ import copy
 from dataclasses import dataclass, field
 
 from kernelarc.proposers.rewrite.grouped_match import Refused, index_of, names
-from kernelarc.proposers.rewrite.loops import load_counts
+from kernelarc.proposers.rewrite.loops import load_counts, vmap_or_loop
 
 HELPER = "_KaSegments"
 RUNTIME = f'''
@@ -479,30 +479,17 @@ def _emit(loop: ast.For, seg: _Seg, new_body: list[ast.stmt], k: int) -> list[as
     params = ", ".join([*seg.xs.values(), *seg.ys.values()])
     args = ", ".join([*(f"{s}.pad({x})" for x in seg.xs), *(f"{y}[:{s}.n]" for y in seg.ys)])
     rets = ", ".join(f"_ka_ret_{i}" for i in range(len(seg.lists))) + ","
-    text = "\n".join(
-        [
-            *head,
-            f"if {s}.ok:",
-            f"    def {fn}({params}):",
-            "        pass",
-            f"        return ({rets})",
-            f"    {out} = torch.func.vmap({fn})({args})",
-            *(f"    {lst}.append({s}.kept({out}[{i}]))" for i, lst in enumerate(seg.lists)),
-            "else:",
-            f"    for {ast.unparse(loop.target)} in {again}:",
-            "        pass",
-        ]
+    return vmap_or_loop(
+        head,
+        f"{s}.ok",
+        f"{fn}({params})",
+        new_body,
+        f"({rets})",
+        f"{out} = torch.func.vmap({fn})({args})",
+        [f"{lst}.append({s}.kept({out}[{i}]))" for i, lst in enumerate(seg.lists)],
+        loop,
+        f"{ast.unparse(loop.target)} in {again}",
     )
-    stmts = ast.parse(text).body
-    branch = stmts[-1]
-    assert isinstance(branch, ast.If)
-    body_fn, fallback = branch.body[0], branch.orelse[0]
-    assert isinstance(body_fn, ast.FunctionDef) and isinstance(fallback, ast.For)
-    body_fn.body[0:1] = new_body
-    fallback.body = loop.body
-    for st in stmts:
-        ast.copy_location(st, loop)
-    return stmts
 
 
 __all__ = ["HELPER", "RUNTIME", "is_segment_loop", "segment_loop"]
