@@ -6,7 +6,8 @@ Covered: the batched source against the reference, in float64, for the L2 048 fo
 (``range`` loop, ``int(counts[e])``, ``continue`` on empty experts, ``end = start + c``,
 ``start = end``, ``torch.cat`` after a ``len(outputs) == 0`` guard) and the ``enumerate``
 form (``if not c``, ``X[start:start + c]``, ``start += c``; over a list, or over a tensor
-with ``c.item()``), experts without rows; each
+with ``c.item()``; DeepSeek-V3's ``moe_infer`` order, ``end`` set before the ``continue`` and
+``len(outputs)`` as the test of a conditional expression), experts without rows; each
 run-time fallback (float counts, a segmented tensor with more rows than the counts, one
 expert taking most rows, no rows at all) taking the loop as written; the helper's checks;
 the refusals of near-miss forms; the real L2 048 reference (when the shared problem tree is
@@ -81,6 +82,20 @@ ENUMERATE = (
     .replace("start_idx = end_idx", "start_idx += num")
 )
 
+DEEPSEEK = (
+    SEGMENTS.replace(
+        "for expert_id in range(num_experts):\n        num = int(counts[expert_id])\n"
+        "        if num == 0:\n            continue\n        end_idx = start_idx + num\n",
+        "for expert_id, num in enumerate(counts):\n        end_idx = start_idx + num\n"
+        "        if num == 0:\n            continue\n",
+    )
+    .replace("    if len(outputs) == 0:\n        return torch.zeros_like(x)\n", "")
+    .replace(
+        "all_outputs = torch.cat(outputs, dim=0)",
+        "all_outputs = torch.cat(outputs, dim=0) if len(outputs) else sorted_tokens.new_empty(0)",
+    )
+)  # DeepSeek-V3's ``moe_infer``: ``end`` before the ``continue``, ``len(outputs)`` as a test
+
 ITEM = ENUMERATE.replace(
     "for expert_id, num in enumerate(tokens_per_expert.tolist()):",
     "for expert_id, c in enumerate(tokens_per_expert):\n        num = c.item()",
@@ -112,7 +127,9 @@ def branches(module: Any) -> list[bool]:
 
 
 @pytest.mark.parametrize(
-    "reference", [SEGMENTS, ENUMERATE, ITEM], ids=["range", "enumerate", "enumerate-item"]
+    "reference",
+    [SEGMENTS, ENUMERATE, ITEM, DEEPSEEK],
+    ids=["range", "enumerate", "enumerate-item", "deepseek"],
 )
 def test_the_batched_segments_compute_the_reference(reference: str) -> None:
     source, count, refused = group_loops(reference)
@@ -122,6 +139,7 @@ def test_the_batched_segments_compute_the_reference(reference: str) -> None:
         SEGMENTS: "(counts, _ka_n1, (sorted_tokens,), (w,))",
         ENUMERATE: "(_ka_c1, None, (sorted_tokens,), (w,))",
         ITEM: "(tokens_per_expert, None, (sorted_tokens,), (w,))",
+        DEEPSEEK: "(counts, None, (sorted_tokens,), (w,))",
     }[reference]
     assert HELPER + call in source
     ref, new = module_from_source(reference), module_from_source(source)

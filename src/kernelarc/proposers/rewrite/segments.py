@@ -27,8 +27,9 @@ appends to) earlier in the same block; a body of the statements above, assignmen
 plain names (the body's locals) and ``L.append(e)`` (each list once); the segment slices
 ``X[start:end]`` of plain names ``X`` the loop does not assign, every read of ``e`` a
 ``W[e]``; outside the loop, each ``L`` read only as ``torch.cat(L)`` (``dim=0``),
-``len(L) == 0`` (``!=``, ``>``), ``not L`` or ``if L:`` (the batched ``L`` holds one
-element where the loop as written appends one per expert: equal only for these reads).
+``len(L) == 0`` (``!=``, ``>``), or ``L`` / ``len(L)`` as a truth value (``if``, ``x if
+len(L) else y``, ``not``): the batched ``L`` holds one element where the loop as written
+appends one per expert, equal only for these reads.
 
 Refused, with the reason: the count, ``start``, ``end`` or ``e`` used another way (``e * 2``,
 ``X[start:end + 1]``), a slice before ``end`` is set or after ``start`` moves, another
@@ -326,9 +327,17 @@ class _Body(ast.NodeTransformer):
         return node
 
 
+def _len_arg(node: ast.expr, lst: str) -> ast.expr:
+    """``lst`` of ``len(lst)``, else ``node`` itself."""
+    if isinstance(node, ast.Call) and _name(node.func, "len") and len(node.args) == 1:
+        return node.args[0] if _name(node.args[0], lst) else node
+    return node
+
+
 def _list_reads(fn: ast.stmt, loop: ast.For, lst: str) -> list[int]:
     """Lines outside ``loop`` where ``lst`` is read other than as ``torch.cat(lst)``,
-    ``len(lst) == 0`` (``!=``, ``>``), ``not lst`` or ``if lst:``."""
+    ``len(lst) == 0`` (``!=``, ``>``), or as a truth value: ``lst`` or ``len(lst)`` as the
+    test of an ``if``, a conditional expression or a ``while``, or under ``not``."""
     inside = {id(n) for n in ast.walk(loop)}
     ok: set[int] = set()
     for node in ast.walk(fn):
@@ -351,16 +360,14 @@ def _list_reads(fn: ast.stmt, loop: ast.For, lst: str) -> list[int]:
             and isinstance(node.ops[0], ast.Eq | ast.NotEq | ast.Gt)
             and isinstance(z := node.comparators[0], ast.Constant)
             and z.value == 0
-            and isinstance(c := node.left, ast.Call)
-            and _name(c.func, "len")
-            and len(c.args) == 1
-            and _name(c.args[0], lst)
         ):
-            ok.add(id(c.args[0]))
+            arg = _len_arg(node.left, lst)
+            if arg is not node.left:
+                ok.add(id(arg))
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            ok.add(id(node.operand))
-        elif isinstance(node, ast.If):
-            ok.add(id(node.test))
+            ok.add(id(_len_arg(node.operand, lst)))
+        elif isinstance(node, ast.If | ast.IfExp | ast.While):
+            ok.add(id(_len_arg(node.test, lst)))
     skip = inside | ok
     reads = (n for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
     return [n.lineno for n in reads if n.id == lst and id(n) not in skip]
