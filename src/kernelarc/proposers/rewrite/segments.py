@@ -39,12 +39,10 @@ instead (``_KaSegments.ok``) when ``counts`` is not a 1-D sequence of ``n`` or m
 non-negative ints, a segmented ``X`` has not ``sum(counts)`` rows, a ``W`` has fewer than
 ``n`` rows, no expert has rows, or padding would more than double the rows.
 
-Not exact: batched GEMMs round differently (the guard's tolerance check judges). The
-body must be row-wise (an output row a function of its input row): one that mixes rows
-(``h.sum(0)``, ``h.shape[0]``, a softmax over rows) sees the padding rows, and a result
-not rows-first raises at run time unless its shape happens to fit; the guard judges. Not
-covered: segments by ``torch.split`` or offsets, ``start`` not 0, ``.item()`` in the
-body, expert modules. Of the dev references it batches L2 048.
+Not exact: batched GEMMs round differently. The body must be row-wise: one that mixes
+rows (``h.sum(0)``, ``h.shape[0]``) sees the padding rows; the guard judges. Not covered:
+segments by ``torch.split`` or offsets, ``start`` not 0, ``.item()`` in the body, expert
+modules (DeepSeek's ``self.experts[i]``). Of the dev references it batches L2 048.
 """
 
 from __future__ import annotations
