@@ -137,3 +137,18 @@ def cpu_guard_verdict(problem: Any, proposal: Any, cache_dir: Path) -> tuple[Any
     with Guard(problem, config) as guard:
         ev = guard.evaluate(sol)
     return ev, [(o.status.value, o.log[:300]) for o in ev.outcomes]
+
+
+def batched_runs(module: types.ModuleType, helper: str) -> list[bool]:
+    """Records, for every later run of a rewritten ``module``, whether its run-time helper
+    class ``helper`` chose the batched branch (``ok``) or the loop as written."""
+    cls = module.__dict__[helper]
+    seen: list[bool] = []
+    init = cls.__init__
+
+    def spy(self: Any, *a: Any, **k: Any) -> None:
+        init(self, *a, **k)
+        seen.append(self.ok)
+
+    cls.__init__ = spy
+    return seen

@@ -26,7 +26,13 @@ from typing import Any
 
 import pytest
 import torch
-from _shared import agent_context, cpu_guard_verdict, module_from_source, moe_loop_problem
+from _shared import (
+    agent_context,
+    batched_runs,
+    cpu_guard_verdict,
+    module_from_source,
+    moe_loop_problem,
+)
 
 from kernelarc.agents.types import AgentContext
 from kernelarc.guard.evaluator import Guard, GuardConfig
@@ -135,20 +141,13 @@ def test_the_batched_loop_computes_the_reference(reference: str) -> None:
     assert ("_ka_g1.add_rows(gw," in source) == (reference is SCALED)
     assert "torch.func.vmap(_ka_body1)" in source
     ref, new = module_from_source(reference), module_from_source(source)
-    helper = new.__dict__[HELPER]
     for tokens, experts, seed in ((1, 4, 0), (7, 5, 1), (64, 6, 2)):  # idle experts too
         args = args_for(reference, tokens, experts, seed)
         assert same(ref.run(*args), new.run(*args)), (tokens, experts)
-    seen: list[bool] = []
-    init = helper.__init__
-
-    def spy(self: Any, *a: Any, **k: Any) -> None:
-        init(self, *a, **k)
-        seen.append(self.ok)
-
-    helper.__init__ = spy
+    seen = batched_runs(new, HELPER)
     new.run(*args_for(reference, 64, 6, 2))
     assert seen == [True]  # the batched branch ran, not the loop as written
+    helper = new.__dict__[HELPER]
     mask = torch.nn.functional.one_hot(torch.tensor([[0, 1], [1, 2], [0, 2]]), 4).permute(2, 0, 1)
     groups = helper(mask, 4)
     assert groups.ok and groups.valid.tolist() == [[1, 1], [1, 1], [1, 1], [0, 0]]
@@ -193,45 +192,39 @@ def test_a_loop_over_more_than_the_hit_experts_runs_as_written() -> None:
     assert same(module_from_source(reference).run(*args), module_from_source(source).run(*args))
 
 
-@pytest.mark.parametrize(
-    ("edit", "why"),
-    [
-        (("    return y\n", "    return y, h\n"), "read after the loop"),
-        (("h = F.silu(", "h = h + F.silu("), "read before it is assigned"),
-        (("x[tok] @ w[e].t()", "x[tok] @ w[e].t() * e"), "'e' used other than as matched"),
-        (("h * weights", "h * tok.shape[0] * weights"), "'tok' used other than as matched"),
-        (("        y.index_add_", "        print(e)\n        y.index_add_"), "call statement"),
-        (("        h = F.silu", "        if h0:\n            break\n        h = F.silu"), "If"),
-        (("continue", "tok = tok[:1]"), "rows again"),
-        (("continue", "break"), "If statements are not batched"),
-        (("x[tok] @ w[e]", "y[tok] @ w[e]"), "read in the loop besides"),
-        (("y.index_add_(0, tok,", "y.index_add_(1, tok,"), "index_add_(0, r, e)"),
-        (("for e in range(w.shape[0]):", "for e in range(1, w.shape[0]):"), "range(n)"),
-        (("slot, tok = torch.where(mask[e])", "slot, tok = torch.where(mask[e] > 0)"), "mask[V]"),
-        (("    for e in range(w.shape[0]):", "    for e in w:"), "U = V.item()"),
-    ],
-)
-def test_loops_it_cannot_batch_are_left_alone(edit: tuple[str, str], why: str) -> None:
-    reference = FORWARD.replace(*edit)
-    assert reference != FORWARD
-    source, count, refused = group_loops(reference)
-    assert (source, count) == (reference, 0)
-    assert len(refused) == 1 and why in refused[0], refused
+REFUSED_FORWARD = [
+    (("    return y\n", "    return y, h\n"), "read after the loop"),
+    (("h = F.silu(", "h = h + F.silu("), "read before it is assigned"),
+    (("x[tok] @ w[e].t()", "x[tok] @ w[e].t() * e"), "'e' used other than as matched"),
+    (("h * weights", "h * tok.shape[0] * weights"), "'tok' used other than as matched"),
+    (("        y.index_add_", "        print(e)\n        y.index_add_"), "call statement"),
+    (("        h = F.silu", "        if h0:\n            break\n        h = F.silu"), "If"),
+    (("continue", "tok = tok[:1]"), "rows again"),
+    (("continue", "break"), "If statements are not batched"),
+    (("x[tok] @ w[e]", "y[tok] @ w[e]"), "read in the loop besides"),
+    (("y.index_add_(0, tok,", "y.index_add_(1, tok,"), "index_add_(0, r, e)"),
+    (("for e in range(w.shape[0]):", "for e in range(1, w.shape[0]):"), "range(n)"),
+    (("slot, tok = torch.where(mask[e])", "slot, tok = torch.where(mask[e] > 0)"), "mask[V]"),
+    (("    for e in range(w.shape[0]):", "    for e in w:"), "U = V.item()"),
+]
+REFUSED_BOOL = [
+    (("y[m] = F.silu", "y[m] += m.sum() * F.silu"), "no `r1, r2 = torch.where"),
+    (("        if m.any():\n", "        print(m.sum())\n        if m.any():\n"), "no `r1"),
+    (("for e in range(w.shape[0]):", "for e in range(1, w.shape[0]):"), "range(n)"),
+]
 
 
 @pytest.mark.parametrize(
-    ("edit", "why"),
-    [
-        (("y[m] = F.silu", "y[m] += m.sum() * F.silu"), "no `r1, r2 = torch.where"),
-        (("        if m.any():\n", "        print(m.sum())\n        if m.any():\n"), "no `r1"),
-        (("for e in range(w.shape[0]):", "for e in range(1, w.shape[0]):"), "range(n)"),
-    ],
+    ("reference", "edit", "why"),
+    [(FORWARD, *case) for case in REFUSED_FORWARD] + [(BOOL, *case) for case in REFUSED_BOOL],
 )
-def test_boolean_mask_loops_it_cannot_batch_are_left_alone(edit: tuple[str, str], why: str) -> None:
-    reference = BOOL.replace(*edit)
-    assert reference != BOOL
-    source, count, refused = group_loops(reference)
-    assert (source, count) == (reference, 0)
+def test_loops_it_cannot_batch_are_left_alone(
+    reference: str, edit: tuple[str, str], why: str
+) -> None:
+    edited = reference.replace(*edit)
+    assert edited != reference
+    source, count, refused = group_loops(edited)
+    assert (source, count) == (edited, 0)
     assert len(refused) == 1 and why in refused[0], refused
 
 

@@ -27,6 +27,7 @@ import pytest
 import torch
 from _shared import (
     agent_context,
+    batched_runs,
     cpu_guard_verdict,
     module_from_source,
     moe_loop_problem,
@@ -112,20 +113,6 @@ def args_for(tokens: int, seed: int, skew: bool = False, experts: int = 6) -> li
     return [x, router, w]
 
 
-def branches(module: Any) -> list[bool]:
-    """Records, for every later run of ``module``, whether the batched branch ran."""
-    helper = module.__dict__[HELPER]
-    seen: list[bool] = []
-    init = helper.__init__
-
-    def spy(self: Any, *a: Any, **k: Any) -> None:
-        init(self, *a, **k)
-        seen.append(self.ok)
-
-    helper.__init__ = spy
-    return seen
-
-
 @pytest.mark.parametrize(
     "reference",
     [SEGMENTS, ENUMERATE, ITEM, DEEPSEEK],
@@ -143,7 +130,7 @@ def test_the_batched_segments_compute_the_reference(reference: str) -> None:
     }[reference]
     assert HELPER + call in source
     ref, new = module_from_source(reference), module_from_source(source)
-    seen = branches(new)
+    seen = batched_runs(new, HELPER)
     for tokens, seed in ((1, 0), (3, 1), (7, 2), (64, 3)):  # idle experts in all but the last
         args = args_for(tokens, seed)
         want, got = ref.run(*args), new.run(*args)
@@ -166,7 +153,7 @@ def test_the_loop_as_written_runs_where_the_segments_do_not_fit(case: str) -> No
     source, count, _ = group_loops(reference)
     assert count == 1
     new = module_from_source(source)
-    seen = branches(new)
+    seen = batched_runs(new, HELPER)
     args = args_for(kw.get("tokens", 40), 4, skew=kw.get("skew", False))
     want, got = module_from_source(reference).run(*args), new.run(*args)
     assert want.shape == got.shape and torch.allclose(want, got, rtol=1e-12, atol=1e-12)
@@ -263,7 +250,7 @@ def test_the_real_l2_048_reference_is_batched() -> None:
     source, count, refused = group_loops(reference)
     assert (count, refused) == (1, [])
     ref, new = module_from_source(reference), module_from_source(source)
-    seen = branches(new)
+    seen = batched_runs(new, HELPER)
     axes = {"num_tokens": 48, "hidden_size": 16, "intermediate_size": 8}
     torch.manual_seed(0)
     inputs = ref.get_inputs({**axes, "num_experts": 8, "num_experts_per_tok": 2}, "cpu")

@@ -51,6 +51,7 @@ import ast
 import copy
 
 from kernelarc.proposers.rewrite.grouped_match import (
+    BodyTransformer,
     Plan,
     Refused,
     accumulation,
@@ -153,13 +154,12 @@ class {HELPER}:
 '''
 
 
-class _Body(ast.NodeTransformer):
+class _Body(BodyTransformer):
     """One body expression for ``vmap``: ``Y[V]`` → the slice parameter, gathers masked."""
 
     def __init__(self, plan: Plan, forbidden: set[str], locals_: set[str]) -> None:
+        super().__init__(forbidden, locals_)
         self.plan = plan
-        self.forbidden = forbidden
-        self.locals = locals_
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.expr:
         plan = self.plan
@@ -179,11 +179,6 @@ class _Body(ast.NodeTransformer):
                 [],
             )
         self.generic_visit(node)
-        return node
-
-    def visit_Name(self, node: ast.Name) -> ast.Name:
-        if node.id in self.forbidden:
-            raise Refused(f"line {node.lineno}: {node.id!r} used other than as matched")
         return node
 
 

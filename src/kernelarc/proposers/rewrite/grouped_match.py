@@ -20,6 +20,19 @@ class Refused(Exception):
     """This loop does not match; the message says why (kept for the agent's log)."""
 
 
+class BodyTransformer(ast.NodeTransformer):
+    """Base of the loop-body rewriters for ``vmap``: a name in ``forbidden`` (the loop's own
+    index variables, used only in the forms a rewriter matched) refuses the loop."""
+
+    def __init__(self, forbidden: set[str], locals_: set[str]) -> None:
+        self.forbidden, self.locals = forbidden, locals_
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        if node.id in self.forbidden:
+            raise Refused(f"line {node.lineno}: {node.id!r} used other than as matched")
+        return node
+
+
 @dataclass
 class Plan:
     var: str
@@ -312,4 +325,13 @@ def accumulation(stmt: ast.stmt, plan: Plan) -> tuple[str, str, ast.expr] | None
     raise Refused(f"line {stmt.lineno}: {type(stmt).__name__} statements are not batched")
 
 
-__all__ = ["Plan", "Refused", "accumulation", "bool_form", "names", "read_header", "row_index"]
+__all__ = [
+    "BodyTransformer",
+    "Plan",
+    "Refused",
+    "accumulation",
+    "bool_form",
+    "names",
+    "read_header",
+    "row_index",
+]

@@ -51,7 +51,7 @@ import ast
 import copy
 from dataclasses import dataclass, field
 
-from kernelarc.proposers.rewrite.grouped_match import Refused, index_of, names
+from kernelarc.proposers.rewrite.grouped_match import BodyTransformer, Refused, index_of, names
 from kernelarc.proposers.rewrite.loops import load_counts, vmap_or_loop
 
 HELPER = "_KaSegments"
@@ -290,12 +290,12 @@ def _bounds(loop: ast.For, seg: _Seg) -> None:
         raise Refused("`end = start + c` after `start` moves")
 
 
-class _Body(ast.NodeTransformer):
+class _Body(BodyTransformer):
     """A body expression for ``vmap``: segment slices and ``W[V]`` → parameters."""
 
     def __init__(self, seg: _Seg, forbidden: set[str], locals_: set[str]) -> None:
-        self.seg, self.forbidden, self.locals = seg, forbidden, locals_
-        self.sliced = False
+        super().__init__(forbidden, locals_)
+        self.seg, self.sliced = seg, False
 
     def _bound(self, s: ast.Slice) -> bool:
         seg = self.seg
@@ -317,11 +317,6 @@ class _Body(ast.NodeTransformer):
                 return ast.Name(seg.xs.setdefault(x, f"_ka_seg_{len(seg.xs)}_{x}"), ast.Load())
             return ast.Name(seg.ys.setdefault(x, f"_ka_slice_{len(seg.ys)}_{x}"), ast.Load())
         self.generic_visit(node)
-        return node
-
-    def visit_Name(self, node: ast.Name) -> ast.Name:
-        if node.id in self.forbidden:
-            raise Refused(f"line {node.lineno}: {node.id!r} used other than as matched")
         return node
 
 
