@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,37 @@ def test_proposal_priority_orders_proposals_ready_together(
     info = run.describe()
     assert [c.agent for c in run.candidates] == ["B", "A"], info
     assert run.judged() == [c.id for c in run.candidates], info
+
+
+def later(delay_s: float, solution: Solution, priority: int | None = None) -> Callable[..., Any]:
+    """A scripted step that returns ``solution`` after ``delay_s`` of building it."""
+
+    def step(context: AgentContext) -> Proposal:
+        time.sleep(delay_s)
+        return Proposal(solution=solution, hypothesis=solution.name, priority=priority)
+
+    return step
+
+
+@pytest.mark.parametrize("wait_s", [10.0, 0.0])
+def test_the_first_pick_waits_for_the_first_proposals(
+    guard: Guard,
+    problem: Problem,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    wait_s: float,
+) -> None:
+    """A's first proposal (class priority 10) is ready at once; B's, with priority 50, takes
+    0.5 s to build. The first judgement waits for the first proposals (up to
+    ``FIRST_ROUND_WAIT_S``), so B is judged first; with no wait, A's, ready alone, is."""
+    from kernelarc.orchestration import schedule
+
+    monkeypatch.setattr(schedule, "FIRST_ROUND_WAIT_S", wait_s)
+    a = Ranked([rms("fa", fail=True)], name="A")
+    b = ScriptedAgent([later(0.5, rms("fb", fail=True), priority=50)], name="B")
+    run = search(guard, problem, tmp_path, [a, b], budget=2, time_limit_s=3600.0)
+    order = "".join(c.agent for c in run.candidates)
+    assert order == ("BA" if wait_s else "AB"), run.describe()
 
 
 @pytest.mark.parametrize("case", ["no limit", "limit", "limit, deferral spent"])

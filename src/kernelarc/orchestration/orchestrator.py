@@ -31,6 +31,7 @@ from kernelarc.orchestration.judge import Judge, significant, summarize_stages
 from kernelarc.orchestration.resume import ORCHESTRATOR, incumbent_view, restore
 from kernelarc.orchestration.rundir import RunDir
 from kernelarc.orchestration.schedule import (
+    gather_first_round,
     judging_order,
     retire_if_no_time,
     warn_if_full_too_slow,
@@ -87,6 +88,9 @@ class Orchestrator:
         self.full_ms: dict[str, dict[str, float]] = {}
         """Their full-protocol latencies: candidate → workload uuid → ms."""
         self.full_cost_warned = False
+        self.gathered = False
+        """Whether this process's first judgement has waited for the first proposals
+        (``schedule.gather_first_round``)."""
         self.started = time.monotonic()
         self.interrupted = False
         self.sigint = DeferredInterrupt()
@@ -129,6 +133,9 @@ class Orchestrator:
                 done = self.executor.wait_any(inflight, timeout=self.time_left())
                 if not done:
                     continue
+                if not self.gathered:  # the first pick is made among every first proposal
+                    self.gathered = True
+                    done = gather_first_round(self, inflight, set(done))
                 # One ready proposal is judged at a time, then idle agents are asked again:
                 # a new incumbent reaches every agent's next proposal before the rest of the
                 # ready ones are judged (see ``schedule.judging_order``).
