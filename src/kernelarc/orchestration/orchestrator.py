@@ -88,9 +88,6 @@ class Orchestrator:
         self.full_ms: dict[str, dict[str, float]] = {}
         """Their full-protocol latencies: candidate → workload uuid → ms."""
         self.full_cost_warned = False
-        self.gathered = False
-        """Whether this process's first judgement has waited for the first proposals
-        (``schedule.gather_first_round``)."""
         self.started = time.monotonic()
         self.interrupted = False
         self.sigint = DeferredInterrupt()
@@ -121,6 +118,7 @@ class Orchestrator:
         restore(self)
         inflight: dict[Future[Any], str] = {}
         ready_at: dict[Future[Any], float] = {}  # ``told_s`` when each was first seen ready
+        gathered = False  # the first pick is made among every first proposal
         try:
             while self._budget_left() > 0 and self.time_left() > 0:
                 self.sigint.check()
@@ -133,9 +131,9 @@ class Orchestrator:
                 done = self.executor.wait_any(inflight, timeout=self.time_left())
                 if not done:
                     continue
-                if not self.gathered:  # the first pick is made among every first proposal
-                    self.gathered = True
-                    done = gather_first_round(self, inflight, set(done))
+                if not gathered:
+                    gathered = True
+                    done = gather_first_round(self, inflight, done)
                 # One ready proposal is judged at a time, then idle agents are asked again:
                 # a new incumbent reaches every agent's next proposal before the rest of the
                 # ready ones are judged (see ``schedule.judging_order``).

@@ -1,7 +1,8 @@
 """The search's use of its time limit: which ready proposal is judged first, which is not
 judged at all, when to warn that a full evaluation cannot fit. Functions of the
 :class:`~kernelarc.orchestration.orchestrator.Orchestrator` state, which calls them; nothing
-here runs without a time limit except the priority order.
+here runs without a time limit except the priority order and the first pick's wait for the
+agents' first proposals.
 """
 
 from __future__ import annotations
@@ -48,8 +49,7 @@ def gather_first_round(
         got = orch.executor.wait_any(rest, timeout=left)
         if not got:
             break
-        done |= got
-        rest -= got
+        done, rest = done | got, rest - got
     return done
 
 
