@@ -304,7 +304,10 @@ def test_in_a_search_precision_stacks_on_the_grouped_loop(moe_problem: Any, tmp_
     agents = [_Opening(gate), _Gated(gate)]
     config = GuardConfig(device="cpu", rounds=2, warmup=1, iterations=3, cache_dir=tmp_path)
     with Guard(moe_problem, config) as guard:
-        run = search(guard, moe_problem, tmp_path / "run", agents, budget=2)
+        # No composition: whether it runs depends on which candidate the CPU's timing noise
+        # makes win each workload (CI, e63666f: precision won one, a composer candidate was
+        # added); composition has its own tests, this one covers the order and the rebase.
+        run = search(guard, moe_problem, tmp_path / "run", agents, budget=2, compose=False)
     info = run.describe()
     assert [c.agent for c in run.candidates] == ["rewrite", "precision"], info
     grouped, stacked = run.candidates
