@@ -1,7 +1,7 @@
 """The reference judged as a candidate against itself, per search stage (a fairness probe).
 
     python benchmarks/self_ratio_probe.py [PROBLEM_DIR] [--guards 3] [--workloads 3]
-        [--device cpu]
+        [--device cpu] [--compiled]
 
 In each of ``--guards`` fresh ``Guard`` sessions, the reference's own code is judged as a
 candidate on the first ``--workloads`` workloads, first with the search's screening
@@ -9,6 +9,13 @@ protocol (3 rounds, 3 warm-up + 10 timed calls) and then with the full protocol,
 one candidate worker as the search does. Prints per stage the median and all readings of
 reference_ms / candidate_ms: 1.0 means the guard times both sides alike; below 1 it
 favours the reference. Default problem: the bundled RMSNorm example.
+
+With ``--compiled`` the candidate is the compiler agent's baseline configuration
+(``torch.compile(run, dynamic=False)`` of the reference, as the agent writes it) and the
+other side is the guard's own compile of the reference in the reference worker (the
+benchmark's torch.compile baseline): the ratio is then compiled_reference_ms /
+candidate_ms, the figure behind a "vs torch.compile" below 1 when the winner is that very
+configuration (FIB 002 on the H200, docs/PERFORMANCE.md session 23).
 """
 
 from __future__ import annotations
@@ -25,7 +32,13 @@ from kernelarc.examples import example_dir  # noqa: E402
 from kernelarc.guard.evaluator import Guard, GuardConfig  # noqa: E402
 from kernelarc.orchestration.config import RunConfig  # noqa: E402
 from kernelarc.problem.loader import load_problem  # noqa: E402
-from kernelarc.proposers.builtin import reference_solution  # noqa: E402
+from kernelarc.proposers.builtin import make_solution, reference_solution  # noqa: E402
+from kernelarc.proposers.compiler import (  # noqa: E402
+    BASELINE,
+    COMPILE_VARIANTS,
+    COMPILED_ENTRY,
+    compiled_source,
+)
 
 
 def main() -> int:
@@ -34,9 +47,26 @@ def main() -> int:
     ap.add_argument("--guards", type=int, default=3)
     ap.add_argument("--workloads", type=int, default=3)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument(
+        "--compiled",
+        action="store_true",
+        help="judge the compiler agent's baseline compile against the guard's compiled reference",
+    )
     args = ap.parse_args()
     problem = load_problem(args.problem)
-    ref = reference_solution(problem.definition, agent="probe", description="the reference")
+    if args.compiled:
+        baseline = next(v for v in COMPILE_VARIANTS if v.name == BASELINE)
+        ref = make_solution(
+            problem.definition,
+            agent="probe",
+            name=f"{problem.definition.name}-probe-compiled",
+            description="torch.compile of the reference (the baseline configuration)",
+            source=compiled_source(problem.definition.reference, baseline),
+            entry=COMPILED_ENTRY,
+        )
+    else:
+        ref = reference_solution(problem.definition, agent="probe", description="the reference")
+    side = "compiled_reference" if args.compiled else "reference"
     chosen = list(problem.workloads)[: args.workloads]
     screen = RunConfig.model_fields["screen"].default
     stages = {
@@ -49,14 +79,16 @@ def main() -> int:
     }
     ratios: dict[str, list[float]] = {name: [] for name in stages}
     for _ in range(args.guards):
-        with Guard(problem, GuardConfig(device=args.device)) as guard:
+        cfg = GuardConfig(device=args.device, time_compiled_reference=args.compiled)
+        with Guard(problem, cfg) as guard:
             session = guard.open_session(ref)
             try:
                 for name, overrides in stages.items():
                     ev = guard.evaluate(ref, chosen, session=session, **overrides)
                     for o in ev.outcomes:
-                        if o.latency and o.reference:
-                            ratios[name].append(o.reference["median_ms"] / o.latency["median_ms"])
+                        other = getattr(o, side)
+                        if o.latency and other:
+                            ratios[name].append(other["median_ms"] / o.latency["median_ms"])
             finally:
                 session.close()
     for name, values in ratios.items():
