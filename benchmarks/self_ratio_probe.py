@@ -35,9 +35,9 @@ from kernelarc.problem.loader import load_problem  # noqa: E402
 from kernelarc.proposers.builtin import make_solution, reference_solution  # noqa: E402
 from kernelarc.proposers.compiler import (  # noqa: E402
     BASELINE,
-    COMPILE_VARIANTS,
     COMPILED_ENTRY,
     compiled_source,
+    variant_named,
 )
 
 
@@ -55,17 +55,18 @@ def main() -> int:
     args = ap.parse_args()
     problem = load_problem(args.problem)
     if args.compiled:
-        baseline = next(v for v in COMPILE_VARIANTS if v.name == BASELINE)
-        ref = make_solution(
+        candidate = make_solution(
             problem.definition,
             agent="probe",
             name=f"{problem.definition.name}-probe-compiled",
             description="torch.compile of the reference (the baseline configuration)",
-            source=compiled_source(problem.definition.reference, baseline),
+            source=compiled_source(problem.definition.reference, variant_named(BASELINE)),
             entry=COMPILED_ENTRY,
         )
     else:
-        ref = reference_solution(problem.definition, agent="probe", description="the reference")
+        candidate = reference_solution(
+            problem.definition, agent="probe", description="the reference"
+        )
     side = "compiled_reference" if args.compiled else "reference"
     chosen = list(problem.workloads)[: args.workloads]
     screen = RunConfig.model_fields["screen"].default
@@ -78,24 +79,30 @@ def main() -> int:
         "full": {},
     }
     ratios: dict[str, list[float]] = {name: [] for name in stages}
+    missing = 0
     for _ in range(args.guards):
         cfg = GuardConfig(device=args.device, time_compiled_reference=args.compiled)
         with Guard(problem, cfg) as guard:
-            session = guard.open_session(ref)
+            session = guard.open_session(candidate)
             try:
                 for name, overrides in stages.items():
-                    ev = guard.evaluate(ref, chosen, session=session, **overrides)
+                    ev = guard.evaluate(candidate, chosen, session=session, **overrides)
                     for o in ev.outcomes:
                         other = getattr(o, side)
                         if o.latency and other:
                             ratios[name].append(other["median_ms"] / o.latency["median_ms"])
+                        else:  # a failed side is a result to see, not a reading to drop
+                            missing += 1
+                            why = "; ".join([o.log or "", *o.notes])[:500]
+                            print(f"{name}: no reading on {o.workload.uuid}: {o.status.value} "
+                                  f"{why}", file=sys.stderr)  # fmt: skip
             finally:
                 session.close()
     for name, values in ratios.items():
         shown = ", ".join(f"{v:.2f}" for v in values)
         median = statistics.median(values) if values else float("nan")
         print(f"{name:6s} median {median:.3f} over {len(values)}: {shown}")
-    return 0
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":

@@ -169,7 +169,8 @@ def compiled_source(reference: str, variant: CompileVariant) -> str:
     )
 
 
-def _variant_named(name: str) -> CompileVariant:
+def variant_named(name: str) -> CompileVariant:
+    """The configuration of :data:`COMPILE_VARIANTS` called ``name`` (ValueError if none)."""
     for v in COMPILE_VARIANTS:
         if v.name == name:
             return v
@@ -236,7 +237,7 @@ class CompilerAgent(Agent, Rebasing):
         order = COMPILE_VARIANTS[self._index :] + COMPILE_VARIANTS[: self._index]
         ranked = [v for v in order if v in usable]
         if context.must_draft and self._tried:
-            family = _variant_named(self._tried[-1]).family
+            family = variant_named(self._tried[-1]).family
             other = [v for v in ranked if v.family != family]
             return other[0] if other else ranked[0]
         return ranked[0]
@@ -308,7 +309,7 @@ class CompilerAgent(Agent, Rebasing):
         base = None if plain else self._board_base(context)
         if base is not None:
             return self._propose_on(context, base)
-        variant = _variant_named(BASELINE) if plain else self._next(context)
+        variant = variant_named(BASELINE) if plain else self._next(context)
         if variant is None:
             return None
         self._tried.append(variant.name)
@@ -363,14 +364,14 @@ class CompilerAgent(Agent, Rebasing):
             return None
         if self._pending_view is None:  # a configuration of the walk: put it back
             self._tried.remove(self._pending)
-            self._index = COMPILE_VARIANTS.index(_variant_named(self._pending))
+            self._index = COMPILE_VARIANTS.index(variant_named(self._pending))
         else:  # a first compile of a board base: that base may be compiled later
             self._bases.remove(self._pending_view.candidate_id)
         self._count -= 1
         return self._propose_on(context, base)
 
     def observe(self, result: CandidateResult) -> Conclusion:
-        variant = _variant_named(self._pending) if self._pending else None
+        variant = variant_named(self._pending) if self._pending else None
         base, self._pending, self._pending_base = self._pending_base, None, None
         view, self._pending_view = self._pending_view, None
         if view is not None and result.passed and result.improved and variant is not None:
@@ -427,7 +428,7 @@ class CompilerAgent(Agent, Rebasing):
         base = ms_by_uuid(state.get("baseline_ms", {}), "compiler agent", "'baseline_ms'")
         classes = WorkloadClasses.from_state(state.get("classes", {}), "compiler agent")
         for name in [*tried, *([pending] if pending is not None else [])]:
-            _variant_named(str(name))
+            variant_named(str(name))
         bases, pending_base = state.get("bases", []), state.get("pending_base")
         plain = state.get("plain", False)
         if not isinstance(plain, bool):
