@@ -24,7 +24,6 @@ import torch
 
 from kernelarc.examples import example_dir
 from kernelarc.guard import timing
-from kernelarc.guard.candidate import _shifted
 from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.problem.loader import load_problem
 from kernelarc.problem.schema import Solution
@@ -61,7 +60,7 @@ def test_shifted_moves_every_tensor_and_keeps_values() -> None:
     a, b = torch.arange(10.0), torch.ones(3, 4)
     values = [a, 7, b]
     ptrs = (a.data_ptr(), b.data_ptr())
-    out = _shifted(values, 64)
+    out = timing.shifted_values(values, 64)
     assert out is values and out[1] == 7
     assert torch.equal(out[0], torch.arange(10.0)) and torch.equal(out[2], torch.ones(3, 4))
     assert (out[0].data_ptr(), out[2].data_ptr()) != ptrs

@@ -96,20 +96,6 @@ def _viol(vs: list[Violation]) -> list[dict[str, str]]:
     return [{"check": v.check, "detail": v.detail} for v in vs]
 
 
-def _shifted(values: list[Any], shift: int) -> list[Any]:
-    """``values`` with every tensor moved to a fresh allocation ``shift`` elements in, one at a
-    time (the list is changed in place, and each old tensor is freed before the next is
-    copied when nothing else holds it: an input set of tens of GB needs one tensor's size
-    more, not its own)."""
-    from kernelarc.guard.timing import shifted_copy
-
-    for n, t in enumerate(values):
-        values[n] = None
-        values[n] = shifted_copy(t, shift)
-        del t
-    return values
-
-
 def calls_to_judge(mid: int, last: int, one_call_bytes: int, device_bytes: int) -> list[int]:
     """The timed calls whose outputs are judged: the middle and the last one, or the last
     alone when two calls' outputs take over a quarter of the device's memory."""
@@ -455,7 +441,14 @@ class CandidateRole:
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
 
         from kernelarc.guard.compile_pool import compile_stats
-        from kernelarc.guard.timing import placed, poison, pool_size, tensor_bytes, time_calls
+        from kernelarc.guard.timing import (
+            placed,
+            poison,
+            pool_shift,
+            shifted_values,
+            time_calls,
+            timing_pool,
+        )
         from kernelarc.problem.schema import Workload
 
         wl = Workload.model_validate(msg["workload"])
@@ -464,16 +457,15 @@ class CandidateRole:
         self._exporter.release()
         self._timed.clear()  # a re-check not asked for: its buffers go
         with self.sentinel.harness():
-            first = _shifted(self._generate(wl, int(msg["seeds"][0])), 64)
-            n_pool = pool_size(
-                tensor_bytes(first),
-                min(calls, len(msg["seeds"])),
+            pool = timing_pool(
+                lambda seed: self._generate(wl, seed),
+                msg["seeds"],
+                calls,
                 self.device,
                 cap=int(msg.get("pool_sets", 0)),
             )
-            seeds = [int(s) for s in msg["seeds"][:n_pool]]
-            pool = [first] + [_shifted(self._generate(wl, s), 64) for s in seeds[1:]]
-            outs = [placed(self._alloc_outputs(wl)) if self.dps else [] for _ in seeds]
+            seeds = [int(s) for s in msg["seeds"][: len(pool)]]
+            outs = [placed(self._alloc_outputs(wl)) if self.dps else [] for _ in pool]
         # Outputs kept for the judge: the middle timed call's and the latest call's. Any
         # other call's outputs are released before the next call (outside the timed region):
         # holding every slot's outputs alive made each call allocate fresh memory, a cost
@@ -497,10 +489,10 @@ class CandidateRole:
                     del kept[idx]
                 if i and i % k == 0:  # the pool wrapped: move every set to a new address
                     state["cycle"] += 1
-                    shift = 64 * (1 + state["cycle"] % 32)
+                    shift = pool_shift(state["cycle"])
                     for j, entry in enumerate(pool):
                         argsets[j] = []  # its old tensors go as each is moved
-                        pool[j] = _shifted(entry, shift)
+                        pool[j] = shifted_values(entry, shift)
                         argsets[j] = self._args(pool[j], outs[j])
                 for t in outs[i % k]:
                     poison(t)

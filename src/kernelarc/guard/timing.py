@@ -132,6 +132,39 @@ def shifted_copy(t: Any, shift_elems: int) -> Any:
     return view
 
 
+def pool_shift(cycle: int) -> int:
+    """Elements into their allocations that a timing pool's tensors start at: 64 when the
+    pool is built (``cycle`` 0), then another offset each time the calls wrap around it, so
+    no pointer repeats. Both workers place their pools by this rule: on the H200 one
+    compiled 6 µs RMSNorm read 7% slower on inputs 64 elements in than at offset 0, in one
+    process (``benchmarks/placement_probe.py``, docs/PERFORMANCE.md session 24), which is
+    what the reference, placed at offset 0, had over every candidate."""
+    return 64 * (1 + cycle % 32)
+
+
+def shifted_values(values: list[Any], shift: int) -> list[Any]:
+    """``values`` with every tensor moved to a fresh allocation ``shift`` elements in, one at
+    a time (the list is changed in place, and each old tensor is freed before the next is
+    copied when nothing else holds it: an input set of tens of GB needs one tensor's size
+    more, not its own)."""
+    for n, t in enumerate(values):
+        values[n] = None
+        values[n] = shifted_copy(t, shift)
+        del t
+    return values
+
+
+def timing_pool(
+    make: Callable[[int], list[Any]], seeds: Sequence[int], calls: int, device: Any, cap: int
+) -> list[list[Any]]:
+    """The distinct input sets a timing loop cycles through (``make(seed)`` builds one), as
+    many as :func:`pool_size` allows, each placed at :func:`pool_shift` (0). The reference
+    worker and the candidate worker both build their pools here."""
+    first = shifted_values(make(int(seeds[0])), pool_shift(0))
+    n = pool_size(tensor_bytes(first), min(calls, len(seeds)), device, cap=cap)
+    return [first] + [shifted_values(make(int(s)), pool_shift(0)) for s in seeds[1:n]]
+
+
 def placed(values: Sequence[Any]) -> list[Any]:
     """``values`` with every CUDA tensor smaller than ``PLACEMENT_BYTES`` copied into an
     allocation of its own that large; larger tensors and everything else as they are (a
