@@ -1,24 +1,31 @@
-"""One process, one ``torch.compile(run, dynamic=False)`` of a problem's reference, timed with
-the guard's own timer on the two input placements the guard's workers use (a diagnostic).
+"""Does where a tiny kernel's tensors live in device memory move its latency?
 
-    python benchmarks/placement_probe.py PROBLEM_DIR [--workloads 4] [--rounds 4] [--cupti]
+    python benchmarks/placement_probe.py [--rows 15,34,64] [--placements 12] [--iterations 300]
 
-The reference worker times the compiled reference on ``placed`` inputs (small tensors copied
-to offset 0 of an allocation of their own, large ones as generated); the candidate worker
-times a solution on ``shifted_values`` inputs (every tensor copied 64 elements into a fresh
-allocation). Per workload this prints the median of ``--rounds`` interleaved readings of
-each placement, their ratio (placed / shifted: below 1 means the shifted side is slower),
-then the same after a no-op ``sys.addaudithook`` (the candidate worker runs with one
-installed), and the GPU kernels of one call (names and count, from ``torch.profiler``): a
-call of several kernels has its host launch gaps inside a CUPTI span.
+Issue 2's last miss: the ~2.3 µs workloads of FIB 025 (RMSNorm, 4096 bf16 per row) repeat
+within 2.6-2.9% across guard evaluations, whole runs sitting ~60 ns apart, while each run
+times up to 1000 calls. One suspect is per-process placement: every input set of a run's
+timing pool comes from the same few caching-allocator segments, so all its calls read the
+same physical pages. This probe times the benchmark's Triton RMSNorm (the guard's own
+timing loop: CUPTI spans when importable, L2 flushed before every call) with its tensors
+carved out of ``--placements`` separate 64 MiB allocations, each kept alive so that every
+placement has its own memory, then once more on the first placement (drift within the
+process), then rotating over all placements call by call. If the per-placement medians
+spread about as much as whole evaluations do, placement explains the spread, and a timing
+pool spread over several allocations would average it out.
 
-Not covered: the rest of the candidate worker (sentinel checks between calls, the isolation
-of the process); ``self_ratio_probe.py --compiled`` judges that pair through the guard.
+``--flush-placements K`` then keeps the tensors on the first placement and moves the L2
+flush buffer instead (the timing loop allocates it afresh for every loop; a kept 160 MiB
+spacer before each loop makes the next one land elsewhere): the flush leaves the L2 full
+of that buffer's dirty lines, which the kernel's misses evict, so its placement may matter
+too (a suspect for what still differs between processes once the pool is spread). Prints a
+short table last.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 from pathlib import Path
@@ -27,91 +34,112 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from kernelarc.guard.compile_pool import raise_recompile_limits  # noqa: E402
-from kernelarc.guard.timing import placed, shifted_values, time_calls  # noqa: E402
-from kernelarc.problem.inputs import generate_inputs, load_reference_module  # noqa: E402
-from kernelarc.problem.loader import load_problem  # noqa: E402
+from kernelarc.guard.timing import time_calls  # noqa: E402
 
-POOL = 4  # distinct input sets per placement, as a small timing pool
+SOL = ROOT / "benchmarks" / "solutions" / "rmsnorm_h4096" / "rmsnorm_triton.py"
+HIDDEN = 4096
+ARENA = 64 << 20
 
 
-def _time(fn: Any, pool: list[list[Any]], device: Any, cupti: bool) -> float:
+def _kernel():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("rmsnorm_triton", SOL)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.run
+
+
+def _carve(arena, rows: int, gen):  # type: ignore[no-untyped-def]
+    """x, w, y as views of one arena at 64 KiB-aligned offsets, x and w random."""
+    import torch
+
+    n = rows * HIDDEN * 2
+    step = (n + 65535) // 65536 * 65536
+    x = arena[0:n].view(torch.bfloat16).view(rows, HIDDEN)
+    w = arena[step : step + HIDDEN * 2].view(torch.bfloat16)
+    y = arena[2 * step : 2 * step + n].view(torch.bfloat16).view(rows, HIDDEN)
+    x.copy_(torch.randn(rows, HIDDEN, generator=gen, device=arena.device).to(torch.bfloat16))
+    w.copy_(torch.randn(HIDDEN, generator=gen, device=arena.device).to(torch.bfloat16))
+    return x, w, y
+
+
+def _time(run, sets, iterations: int, cupti: bool) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    import torch
+
+    def before(i: int) -> None:
+        sets[i % len(sets)][2].fill_(float("nan"))
+
     res = time_calls(
-        lambda i: fn(*pool[i % len(pool)]),
-        lambda i: None,
+        lambda i: run(*sets[i % len(sets)]),
+        before,
         warmup=10,
-        iterations=200,
-        device=device,
+        iterations=iterations,
+        device=torch.device("cuda"),
         use_cupti=cupti,
     )
-    return float(res.summary()["median_ms"])
-
-
-def _kernels(fn: Any, args: list[Any]) -> list[str]:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn(*args)
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    s = res.summary()
+    return {"median_us": s["median_ms"] * 1e3, "iqm_us": s["iqm_ms"] * 1e3, "method": s["method"]}
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("problem", type=Path)
-    ap.add_argument("--workloads", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--cupti", action="store_true")
-    ap.add_argument("--device", default="cuda", help="cpu: a check of the script only")
-    args = ap.parse_args()
     import torch
-    import torch._dynamo
 
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print(
-            "placement_probe: no CUDA device here (--device cpu checks the script)", file=sys.stderr
-        )
-        return 2
-    torch.set_grad_enabled(False)  # as both guard workers do
-    raise_recompile_limits(torch._dynamo.config)
-    problem = load_problem(args.problem)
-    module = load_reference_module(problem.definition)
-    sys.modules[module.__name__] = module  # Dynamo imports a traced function's module
-    fn = torch.compile(module.run, dynamic=False)
-    rows: list[tuple[str, str, float, float]] = []
-    chosen = list(problem.workloads)[: args.workloads]
-    pools: dict[str, dict[str, list[list[Any]]]] = {}
-    for wl in chosen:
-
-        def gen(seed: int, wl: Any = wl) -> list[Any]:
-            g = generate_inputs(
-                problem.definition, wl, device=device, seed=seed,
-                problem_root=problem.root, reference_module=module,
-            )  # fmt: skip
-            return list(g.values.values())
-
-        pools[wl.uuid] = {
-            "placed": [placed(gen(s)) for s in range(POOL)],
-            "shifted": [shifted_values(gen(s), 64) for s in range(POOL)],
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", default="15,34,64")
+    ap.add_argument("--placements", type=int, default=12)
+    ap.add_argument("--iterations", type=int, default=300)
+    ap.add_argument("--no-cupti", action="store_true")
+    ap.add_argument("--flush-placements", type=int, default=0)
+    a = ap.parse_args()
+    cupti = not a.no_cupti
+    run = _kernel()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    arenas = [torch.empty(ARENA, dtype=torch.uint8, device="cuda") for _ in range(a.placements)]
+    table: list[dict[str, Any]] = []
+    for rows in [int(r) for r in a.rows.split(",")]:
+        sets = [_carve(arena, rows, gen) for arena in arenas]
+        per = [_time(run, [s], a.iterations, cupti) for s in sets]
+        again = _time(run, [sets[0]], a.iterations, cupti)
+        rot = _time(run, sets, a.iterations * 2, cupti)
+        meds = [p["median_us"] for p in per]
+        iqms = [p["iqm_us"] for p in per]
+        mid = statistics.median(meds)
+        line: dict[str, Any] = {
+            "rows": rows,
+            "method": per[0]["method"],
+            "placement_medians_us": [round(m, 4) for m in meds],
+            "placement_iqms_us": [round(m, 4) for m in iqms],
+            "spread_median_pct": 100 * (max(meds) - min(meds)) / mid,
+            "spread_iqm_pct": 100 * (max(iqms) - min(iqms)) / statistics.median(iqms),
+            "first_again_us": again["median_us"],
+            "first_again_iqm_us": again["iqm_us"],
+            "rotating_median_us": rot["median_us"],
+            "rotating_iqm_us": rot["iqm_us"],
         }
-        fn(*pools[wl.uuid]["placed"][0])  # compile this shape
-        names = _kernels(fn, pools[wl.uuid]["placed"][0]) if device.type == "cuda" else []
-        print(f"{wl.uuid[:8]}: {len(names)} kernel(s) per call: {', '.join(names)[:300]}")
-    for phase in ("plain", "audit-hook"):
-        if phase == "audit-hook":
-            sys.addaudithook(lambda event, hook_args: None)
-        for wl in chosen:
-            got: dict[str, list[float]] = {"placed": [], "shifted": []}
-            for _ in range(args.rounds):
-                for side in ("placed", "shifted"):
-                    got[side].append(_time(fn, pools[wl.uuid][side], device, args.cupti))
-            p, s = statistics.median(got["placed"]), statistics.median(got["shifted"])
-            rows.append((phase, wl.uuid[:8], p, s))
-    print(f"\n{'phase':10s} {'workload':8s} {'placed us':>10s} {'shifted us':>11s} {'ratio':>6s}")
-    for phase, uid, p, s in rows:
-        print(f"{phase:10s} {uid:8s} {p * 1e3:10.3f} {s * 1e3:11.3f} {p / s:6.3f}")
+        if a.flush_placements:
+            spacers = []
+            flush = []
+            for _ in range(a.flush_placements):
+                flush.append(_time(run, [sets[0]], a.iterations, cupti)["median_us"])
+                spacers.append(torch.empty(160 << 20, dtype=torch.uint8, device="cuda"))
+            line["flush_placement_medians_us"] = [round(m, 4) for m in flush]
+            line["flush_spread_pct"] = 100 * (max(flush) - min(flush)) / statistics.median(flush)
+            del spacers
+        print(line, flush=True)
+        table.append(line)
+    print(f"\n{'rows':>5} {'timer':>7} {'med min':>8} {'med max':>8} {'spread%':>8} "
+          f"{'iqm spr%':>8} {'p0 again':>9} {'rot med':>8} {'rot iqm':>8}")  # fmt: skip
+    for t in table:
+        meds = t["placement_medians_us"]
+        print(f"{t['rows']:>5} {t['method'][:7]:>7} {min(meds):8.4f} {max(meds):8.4f} "
+              f"{t['spread_median_pct']:8.2f} {t['spread_iqm_pct']:8.2f} "
+              f"{t['first_again_us']:9.4f} {t['rotating_median_us']:8.4f} "
+              f"{t['rotating_iqm_us']:8.4f}")  # fmt: skip
+    for t in table:
+        if "flush_placement_medians_us" in t:
+            fl = t["flush_placement_medians_us"]
+            print(f"rows {t['rows']}: flush buffer moved {len(fl)} times, tensors fixed: "
+                  f"{min(fl):.4f}-{max(fl):.4f} us ({t['flush_spread_pct']:.2f}%)")  # fmt: skip
     return 0
 
 
