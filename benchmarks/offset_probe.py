@@ -2,6 +2,7 @@
 with the guard's timer on the input placements of the guard's two workers (a diagnostic).
 
     python benchmarks/offset_probe.py PROBLEM_DIR [--workloads 4] [--rounds 4] [--cupti]
+        [--eager]
 
 Before session 24 the reference worker timed on ``placed`` inputs (small tensors copied to
 offset 0 of an allocation of their own, large ones as generated) and the candidate worker
@@ -16,6 +17,7 @@ on inputs copied 64 elements into fresh allocations. Per workload, interleaved o
 then the same after a no-op ``sys.addaudithook`` (the candidate worker runs with one), and
 the GPU kernels of one call (``torch.profiler``): a call of several kernels has its host
 launch gaps inside a CUPTI span. Ratios are ``x / cand``: below 1, ``cand`` is slower.
+``--eager`` times the reference itself instead of its compile.
 
 Not covered: the rest of the candidate worker (sentinel checks between calls, isolation);
 ``self_ratio_probe.py --compiled`` judges that pair through the guard.
@@ -79,6 +81,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--cupti", action="store_true")
     ap.add_argument("--device", default="cuda", help="cpu: a check of the script only")
+    ap.add_argument("--eager", action="store_true", help="time the reference as it is")
     args = ap.parse_args()
     import torch
     import torch._dynamo
@@ -92,7 +95,7 @@ def main() -> int:
     problem = load_problem(args.problem)
     module = load_reference_module(problem.definition)
     sys.modules[module.__name__] = module  # Dynamo imports a traced function's module
-    fn = torch.compile(module.run, dynamic=False)
+    fn = module.run if args.eager else torch.compile(module.run, dynamic=False)
     rows: list[tuple[str, str, dict[str, float]]] = []
     chosen = list(problem.workloads)[: args.workloads]
     pools: dict[str, dict[str, list[list[Any]]]] = {}
@@ -111,7 +114,7 @@ def main() -> int:
             "cand": cand,
             "same@0": [_at_zero(entry) for entry in cand],
         }
-        fn(*pools[wl.uuid]["old-ref"][0])  # compile this shape
+        fn(*pools[wl.uuid]["old-ref"][0])  # compile this shape (or warm eager up)
         names = _kernels(fn, pools[wl.uuid]["cand"][0]) if device.type == "cuda" else []
         print(f"{wl.uuid[:8]}: {len(names)} kernel(s) per call: {', '.join(names)[:300]}")
     for phase in ("plain", "audit-hook"):
