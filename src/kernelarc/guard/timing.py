@@ -135,10 +135,11 @@ def shifted_copy(t: Any, shift_elems: int) -> Any:
 def pool_shift(cycle: int) -> int:
     """Elements into their allocations that a timing pool's tensors start at: 64 when the
     pool is built (``cycle`` 0), then another offset each time the calls wrap around it, so
-    no pointer repeats. Both workers place their pools by this rule: on the H200 one
-    compiled 6 µs RMSNorm read 7% slower on inputs 64 elements in than at offset 0, in one
-    process (``benchmarks/placement_probe.py``, docs/PERFORMANCE.md session 24), which is
-    what the reference, placed at offset 0, had over every candidate."""
+    no pointer repeats. Both workers place their pools by this rule. Until session 24 the
+    reference's inputs lay at offset 0: on the H200 the same allocations read FIB 002's
+    compiled kernel 0-2.6% faster at offset 0 than 64 elements in, and the reference's old
+    pool 0.8-4.1% faster than a candidate's (``benchmarks/offset_probe.py``,
+    docs/PERFORMANCE.md session 24)."""
     return 64 * (1 + cycle % 32)
 
 
