@@ -231,6 +231,23 @@ def code_tree_version() -> str:
     return tree + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def code_content() -> str:
+    """What ``CODE_PATHS`` hold in this working tree, read from the files themselves:
+    ``src:<sha1> script:<sha1>``, the first the SHA-1 (12 hex digits) of every ``*.py`` under
+    ``src`` concatenated in the byte order of their paths (what ``find src -name '*.py' |
+    LC_ALL=C sort | xargs cat | sha1sum`` prints), the second of this script. No git: the
+    device's copy of the tree carried the ``.git`` of an older commit (session 24), so every
+    row it made read ``+dirty`` and no two rows could be told to be one code."""
+    import hashlib
+
+    src = hashlib.sha1()
+    files = sorted((ROOT / "src").rglob("*.py"), key=lambda p: str(p.relative_to(ROOT)).encode())
+    for path in files:
+        src.update(path.read_bytes())
+    script = hashlib.sha1(Path(__file__).resolve().read_bytes())
+    return f"src:{src.hexdigest()[:12]} script:{script.hexdigest()[:12]}"
+
+
 def compile_baseline(
     problem_dir: Path,
     best: Path,
@@ -389,6 +406,7 @@ def main() -> None:
             "problem_dir": str(problem_dir),
             "code": code_version(),
             "code_tree": code_tree_version(),
+            "code_content": code_content(),
         }
         r["optimize"] = optimize(
             problem_dir,
@@ -503,7 +521,15 @@ def merge(files: list[Path]) -> dict[str, Any]:
     print(f"code versions: {', '.join(versions)}")
     trees = sorted({_row_tree(r) for r in results.values()})
     print(f"code trees ({', '.join(CODE_PATHS)}): {', '.join(trees)}")
-    if len(trees) > 1 or any(t.startswith("unknown") or t.endswith("+dirty") for t in trees):
+    contents = sorted({str(r.get("code_content", "unrecorded")) for r in results.values()})
+    print(f"code contents: {', '.join(contents)}")
+    if contents != ["unrecorded"] and "unrecorded" not in contents:
+        one = len(contents) == 1  # read from the files: decides where it is recorded
+    else:
+        one = len(trees) == 1 and not (
+            trees[0].startswith("unknown") or trees[0].endswith("+dirty")
+        )
+    if not one:
         print("--merge: the rows do not come from one known version of the code")
     return results
 

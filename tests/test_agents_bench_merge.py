@@ -75,6 +75,34 @@ def test_merge_says_when_rows_come_from_different_code(tmp_path: Path) -> None:
     assert "do not come from one known" in _run(a, b).stdout
 
 
+def test_merge_judges_rows_by_their_content_hash_where_every_row_has_one(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    row = {"summary": _summary("P1", 2.0, 0.2), "code": "48ab8fb+dirty",
+           "code_tree": "t1+dirty", "code_content": "src:aaa script:bbb"}  # fmt: skip
+    a.write_text(json.dumps({"P1": row}))
+    b.write_text(json.dumps({"P2": {**row, "summary": _summary("P2", 2.0, 0.2)}}))
+    same = _run(a, b)
+    assert "code contents: src:aaa script:bbb\n" in same.stdout
+    assert "not come from one" not in same.stdout, "a stale .git does not split one code"
+    b.write_text(json.dumps({"P2": {**row, "code_content": "src:ccc script:bbb"}}))
+    assert "do not come from one known version" in _run(a, b).stdout
+    b.write_text(json.dumps({"P2": {k: v for k, v in row.items() if k != "code_content"}}))
+    assert "do not come from one known version" in _run(a, b).stdout, "old row: tree rule"
+
+
+def test_the_content_hash_is_the_one_the_device_calls_print() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import agents_h200
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    shell = subprocess.run(
+        ["bash", "-c", "find src -name '*.py' | LC_ALL=C sort | xargs cat | sha1sum"],
+        cwd=SCRIPT.parents[1], capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert agents_h200.code_content().split()[0] == f"src:{shell.stdout[:12]}"
+
+
 def test_merge_works_out_the_tree_of_a_row_that_has_only_a_commit(tmp_path: Path) -> None:
     root = SCRIPT.parents[1]
     head = subprocess.run(
@@ -139,3 +167,22 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert sum(row["bound_types"].values()) == 2, row["bound_types"]  # the run's workloads
     assert (out / "best-rmsnorm_h512.json").is_file()
     assert any(line.startswith("rmsnorm_h512 2/2 of 6") for line in p.stdout.splitlines())
+
+
+def test_the_split_runner_skips_what_the_call_has_no_time_for_and_needs_its_folders(
+    tmp_path: Path,
+) -> None:
+    runner = SCRIPT.parent / "split_calls.sh"
+    env = {"PATH": "/usr/bin:/bin", "LIMIT": "10", "OUT": str(tmp_path)}
+    out = subprocess.run(
+        ["bash", str(runner), "007:1:30:200", "L2-025:1:40:100:--workloads+3,8"],
+        cwd=SCRIPT.parents[1], env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "== 007: skipped, 10 s left < 200" in out.stdout
+    assert "== L2-025: skipped" in out.stdout and not any(tmp_path.iterdir())
+    no_out = subprocess.run(
+        ["bash", str(runner), "007:1:30:200"], cwd=SCRIPT.parents[1],
+        env={"PATH": "/usr/bin:/bin", "LIMIT": "10"}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert no_out.returncode != 0 and "set OUT" in no_out.stderr

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue 4's benchmark one problem at a time within one device call's time (the six problems
+# do not fit one call: docs/PERFORMANCE.md). Run from the repository root on the device:
+#
+#   LIMIT=<seconds this call may take> [PROBLEMS=.devdata] [OUT=<dir>] \
+#       bash benchmarks/split_calls.sh "ID:COMPILE_SAMPLE:COMPILE_EST:MIN_START[:EXTRA]" ...
+#
+# ID is a key of agents_h200.py's SIX (007, 002, L1-017, L2-002, Q-001, L2-025);
+# COMPILE_SAMPLE its --compile-sample; COMPILE_EST the seconds kept for the torch.compile
+# baseline after the search (the search's --deadline is the time left minus this, minus 5);
+# MIN_START the fewest seconds left to start it at all; EXTRA more agents_h200.py options,
+# '+' standing for spaces (e.g. --workloads+3,8+--cupti+off). Each problem writes
+# $OUT/ID/agents_bench.json and a report; the merged table is printed last.
+set -u
+: "${LIMIT:?set LIMIT to the seconds this call may take}"
+: "${OUT:?set OUT to the folder the results go to (the device tool sets it)}"
+PROBLEMS=${PROBLEMS:-.devdata}
+T0=$(date +%s)
+echo "src SHA-1 $(find src -name '*.py' | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-12)"
+command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+for spec in "$@"; do
+  IFS=: read -r id cs cest minstart extra <<< "$spec"
+  left=$(( LIMIT - ($(date +%s) - T0) ))
+  if [ "$left" -lt "$minstart" ]; then echo "== $id: skipped, $left s left < $minstart"; continue; fi
+  dl=$(( left - cest - 5 ))
+  echo "== $id: $left s left, deadline $dl"
+  t=$(date +%s)
+  timeout $(( left - 2 )) python3 benchmarks/agents_h200.py --problems "$PROBLEMS" --only "$id" \
+    --budget 16 --time-limit 240 --compile-sample "$cs" --deadline "$dl" --out "$OUT/$id" \
+    --runs-dir /tmp/r ${extra//+/ }
+  echo "== $id: rc $? in $(( $(date +%s) - t )) s"
+  [ -d "/tmp/r/run-$id" ] && timeout 20 python3 -m kernelarc.cli.main report "/tmp/r/run-$id" \
+    -o "$OUT/$id/report.md" > /dev/null 2>&1 || echo "(no report for $id)"
+done
+ls "$OUT"/*/agents_bench.json > /dev/null 2>&1 && python3 benchmarks/agents_h200.py --merge "$OUT"/*/agents_bench.json
+exit 0
