@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,16 @@ def _summary(problem: str, vs_compile: float, bound: float) -> dict[str, object]
         "compile_n": 1, "frac_bound": bound, "frac_bound_big": bound, "big_n": 4,
         "winner": "compiler", "bound_types": {"compute": 4}, "wall_s": 10.0, "device_s": 9.0,
     }  # fmt: skip
+
+
+def _script() -> Any:
+    """The benchmark script imported as a module (it lives outside the package)."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import agents_h200
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return agents_h200
 
 
 def _run(*files: Path) -> subprocess.CompletedProcess[str]:
@@ -91,11 +102,7 @@ def test_merge_judges_rows_by_their_content_hash_where_every_row_has_one(tmp_pat
 
 
 def test_the_content_hash_is_the_one_the_device_calls_print() -> None:
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import agents_h200
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    agents_h200 = _script()
     shell = subprocess.run(
         ["bash", "-c", "find src -name '*.py' | LC_ALL=C sort | xargs cat | sha1sum"],
         cwd=SCRIPT.parents[1], capture_output=True, text=True, check=True,
@@ -110,11 +117,7 @@ def test_merge_works_out_the_tree_of_a_row_that_has_only_a_commit(tmp_path: Path
     )
     if head.returncode != 0:
         pytest.skip("not a git checkout")
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import agents_h200
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    agents_h200 = _script()
     tree = agents_h200.code_tree()
     assert tree is not None and len(tree) == 12
     a, b = tmp_path / "a.json", tmp_path / "b.json"
@@ -128,11 +131,7 @@ def test_merge_works_out_the_tree_of_a_row_that_has_only_a_commit(tmp_path: Path
 
 
 def test_the_benchmark_records_its_commit() -> None:
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import agents_h200
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    agents_h200 = _script()
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=SCRIPT.parents[1], capture_output=True,
         text=True,
