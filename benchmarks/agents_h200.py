@@ -39,6 +39,17 @@ from kernelarc.problem.inputs import estimate_input_bytes  # noqa: E402
 from kernelarc.problem.loader import load_problem, load_solution  # noqa: E402
 from kernelarc.store.sqlite import SQLiteStore  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from code_identity import (  # noqa: E402
+    code_content,
+    code_tree,
+    code_tree_version,
+    code_version,
+    report_versions,
+)
+
+__all__ = ["code_content", "code_tree", "code_tree_version", "code_version"]
+
 SIX = {
     "007": "FlashInfer-Bench/007_gemm_n4096_k4096",
     "002": "FlashInfer-Bench/002_fused_add_rmsnorm_h4096",
@@ -178,74 +189,6 @@ def best_results(run_dir: Path) -> dict[str, Any]:
         "judged_s": judged_s(store),
         "trajectory": trajectory(store),
     }
-
-
-#: What decides a row's figures: the package and this script. Rows whose trees are equal
-#: were made by the same code, even from different commits (a commit of docs between calls).
-CODE_PATHS = ("src", "benchmarks/agents_h200.py")
-
-
-def _git(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-
-
-def code_tree(commit: str = "HEAD") -> str | None:
-    """A hash of ``CODE_PATHS`` as committed in ``commit`` (git's object ids, hashed
-    together), or None when git cannot tell (not a checkout, unknown commit)."""
-    import hashlib
-
-    ids = []
-    for path in CODE_PATHS:
-        try:
-            out = _git("rev-parse", f"{commit}:{path}")
-        except OSError:
-            return None
-        if out.returncode != 0:
-            return None
-        ids.append(out.stdout.strip())
-    return hashlib.sha256(" ".join(ids).encode()).hexdigest()[:12]
-
-
-def code_version() -> str:
-    """The commit the benchmark runs (``+dirty`` with uncommitted changes to tracked files),
-    or why it is unknown: rows of one table must come from one version of the code."""
-    try:
-        head = _git("rev-parse", "--short", "HEAD")
-        dirty = _git("status", "--porcelain", "--untracked-files=no")
-    except OSError as e:
-        return f"unknown ({e})"
-    if head.returncode != 0:
-        return f"unknown (not a git checkout: {head.stderr.strip()[:200]})"
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
-def code_tree_version() -> str:
-    """:func:`code_tree` of HEAD, ``+dirty`` when ``CODE_PATHS`` have uncommitted changes."""
-    tree = code_tree()
-    if tree is None:
-        return "unknown"
-    try:
-        dirty = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
-    except OSError:
-        return "unknown"
-    return tree + ("+dirty" if dirty.stdout.strip() else "")
-
-
-def code_content() -> str:
-    """What ``CODE_PATHS`` hold in this working tree, read from the files themselves:
-    ``src:<sha1> script:<sha1>``, the first the SHA-1 (12 hex digits) of every ``*.py`` under
-    ``src`` concatenated in the byte order of their paths (what ``find src -name '*.py' |
-    LC_ALL=C sort | xargs cat | sha1sum`` prints), the second of this script. No git: the
-    device's copy of the tree carried the ``.git`` of an older commit (session 24), so every
-    row it made read ``+dirty`` and no two rows could be told to be one code."""
-    import hashlib
-
-    src = hashlib.sha1()
-    files = sorted((ROOT / "src").rglob("*.py"), key=lambda p: str(p.relative_to(ROOT)).encode())
-    for path in files:
-        src.update(path.read_bytes())
-    script = hashlib.sha1(Path(__file__).resolve().read_bytes())
-    return f"src:{src.hexdigest()[:12]} script:{script.hexdigest()[:12]}"
 
 
 def compile_baseline(
@@ -488,19 +431,6 @@ def print_table(results: dict[str, Any]) -> None:
     )
 
 
-def _row_tree(r: dict[str, Any]) -> str:
-    """A row's code tree: recorded, or worked out from its commit (rows made before the tree
-    was recorded) when this checkout has that commit; "unknown (...)" otherwise."""
-    if "code_tree" in r:
-        return str(r["code_tree"])
-    commit = str(r.get("code", ""))
-    if not commit or commit.startswith("unknown"):
-        return "unknown (no commit recorded)"
-    if commit.endswith("+dirty"):
-        return f"unknown ({commit}: uncommitted changes)"
-    return code_tree(commit) or f"unknown ({commit} not in this checkout)"
-
-
 def merge(files: list[Path]) -> dict[str, Any]:
     """The problems of several ``agents_bench.json`` files (the benchmark split over device
     calls); a problem in a later file replaces the same problem of an earlier one."""
@@ -517,20 +447,7 @@ def merge(files: list[Path]) -> dict[str, Any]:
                 print(f"--merge: {path}: {key} has no summary (unfinished), left out")
                 continue
             results[key] = r
-    versions = sorted({str(r.get("code", "unrecorded")) for r in results.values()})
-    print(f"code versions: {', '.join(versions)}")
-    trees = sorted({_row_tree(r) for r in results.values()})
-    print(f"code trees ({', '.join(CODE_PATHS)}): {', '.join(trees)}")
-    contents = sorted({str(r.get("code_content", "unrecorded")) for r in results.values()})
-    print(f"code contents: {', '.join(contents)}")
-    if contents != ["unrecorded"] and "unrecorded" not in contents:
-        one = len(contents) == 1  # read from the files: decides where it is recorded
-    else:
-        one = len(trees) == 1 and not (
-            trees[0].startswith("unknown") or trees[0].endswith("+dirty")
-        )
-    if not one:
-        print("--merge: the rows do not come from one known version of the code")
+    report_versions(results)
     return results
 
 
