@@ -40,15 +40,7 @@ from kernelarc.problem.loader import load_problem, load_solution  # noqa: E402
 from kernelarc.store.sqlite import SQLiteStore  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from code_identity import (  # noqa: E402
-    code_content,
-    code_tree,
-    code_tree_version,
-    code_version,
-    report_versions,
-)
-
-__all__ = ["code_content", "code_tree", "code_tree_version", "code_version"]
+from code_identity import code_content, code_tree_version, code_version, report_versions  # noqa: E402
 
 SIX = {
     "007": "FlashInfer-Bench/007_gemm_n4096_k4096",

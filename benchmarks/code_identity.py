@@ -99,11 +99,11 @@ def report_versions(results: dict[str, Any]) -> None:
     print(f"code trees ({', '.join(CODE_PATHS)}): {', '.join(trees)}")
     contents = sorted({str(r.get("code_content", "unrecorded")) for r in results.values()})
     print(f"code contents: {', '.join(contents)}")
-    if contents != ["unrecorded"] and "unrecorded" not in contents:
-        one = len(contents) == 1  # read from the files: decides where it is recorded
+    if contents and "unrecorded" not in contents:
+        one = len(contents) == 1  # read from the files: decides where every row has one
     else:
-        one = len(trees) == 1 and not (
-            trees[0].startswith("unknown") or trees[0].endswith("+dirty")
+        one = len(trees) <= 1 and not any(
+            t.startswith("unknown") or t.endswith("+dirty") for t in trees
         )
     if not one:
         print("--merge: the rows do not come from one known version of the code")

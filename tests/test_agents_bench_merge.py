@@ -28,14 +28,14 @@ def _summary(problem: str, vs_compile: float, bound: float) -> dict[str, object]
     }  # fmt: skip
 
 
-def _script() -> Any:
-    """The benchmark script imported as a module (it lives outside the package)."""
+def _identity() -> Any:
+    """``benchmarks/code_identity.py`` (the script's code-version helpers) as a module."""
     sys.path.insert(0, str(SCRIPT.parent))
     try:
-        import agents_h200
+        import code_identity
     finally:
         sys.path.remove(str(SCRIPT.parent))
-    return agents_h200
+    return code_identity
 
 
 def _run(*files: Path) -> subprocess.CompletedProcess[str]:
@@ -102,12 +102,12 @@ def test_merge_judges_rows_by_their_content_hash_where_every_row_has_one(tmp_pat
 
 
 def test_the_content_hash_is_the_one_the_device_calls_print() -> None:
-    agents_h200 = _script()
+    ids = _identity()
     shell = subprocess.run(
         ["bash", "-c", "find src -name '*.py' | LC_ALL=C sort | xargs cat | sha1sum"],
         cwd=SCRIPT.parents[1], capture_output=True, text=True, check=True,
     )  # fmt: skip
-    assert agents_h200.code_content().split()[0] == f"src:{shell.stdout[:12]}"
+    assert ids.code_content().split()[0] == f"src:{shell.stdout[:12]}"
 
 
 def test_merge_works_out_the_tree_of_a_row_that_has_only_a_commit(tmp_path: Path) -> None:
@@ -117,8 +117,8 @@ def test_merge_works_out_the_tree_of_a_row_that_has_only_a_commit(tmp_path: Path
     )
     if head.returncode != 0:
         pytest.skip("not a git checkout")
-    agents_h200 = _script()
-    tree = agents_h200.code_tree()
+    ids = _identity()
+    tree = ids.code_tree()
     assert tree is not None and len(tree) == 12
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(
@@ -131,17 +131,17 @@ def test_merge_works_out_the_tree_of_a_row_that_has_only_a_commit(tmp_path: Path
 
 
 def test_the_benchmark_records_its_commit() -> None:
-    agents_h200 = _script()
+    ids = _identity()
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=SCRIPT.parents[1], capture_output=True,
         text=True,
     )  # fmt: skip
-    version = agents_h200.code_version()
+    version = ids.code_version()
     if head.returncode == 0:
         assert version.split("+")[0] == head.stdout.strip()
-        assert agents_h200.code_tree_version().split("+")[0] == agents_h200.code_tree()
+        assert ids.code_tree_version().split("+")[0] == ids.code_tree()
     else:
-        assert version.startswith("unknown") and agents_h200.code_tree_version() == "unknown"
+        assert version.startswith("unknown") and ids.code_tree_version() == "unknown"
 
 
 @pytest.mark.slow

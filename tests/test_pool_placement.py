@@ -19,7 +19,7 @@ import textwrap
 import torch
 
 from kernelarc.examples import example_dir
-from kernelarc.guard.timing import pool_shift, timing_pool
+from kernelarc.guard.timing import move_pool, pool_shift, timing_pool
 
 
 def test_pool_shift_starts_at_64_and_moves_on_every_wrap() -> None:
@@ -41,6 +41,12 @@ def test_timing_pool_places_every_tensor_of_every_set_at_the_first_shift() -> No
     for seed, entry in zip(made, pool, strict=True):
         assert torch.equal(entry[0], torch.full((3, 4), float(seed))) and entry[1] == 7
         assert [t.storage_offset() for t in (entry[0], entry[2])] == [64, 64]
+    ptrs = [entry[0].data_ptr() for entry in pool]
+    move_pool(pool, 3)
+    for seed, entry, ptr in zip(made, pool, ptrs, strict=True):
+        assert torch.equal(entry[0], torch.full((3, 4), float(seed))) and entry[1] == 7
+        assert [t.storage_offset() for t in (entry[0], entry[2])] == [pool_shift(3)] * 2
+        assert entry[0].data_ptr() != ptr
     capped = timing_pool(make, [1, 2, 3], 50, torch.device("cpu"), cap=2)
     assert len(capped) == 2
 

@@ -442,10 +442,9 @@ class CandidateRole:
 
         from kernelarc.guard.compile_pool import compile_stats
         from kernelarc.guard.timing import (
+            move_pool,
             placed,
             poison,
-            pool_shift,
-            shifted_values,
             time_calls,
             timing_pool,
         )
@@ -474,7 +473,6 @@ class CandidateRole:
         kept: dict[int, Any] = {}
         mid = int(msg["warmup"]) + int(msg["iterations"]) // 2
         k = len(pool)
-        state = {"cycle": 0}
         # The timed region holds the solution's call alone, as for the reference (worker.py):
         # argument lists are built, and results kept and normalised, outside it. (With the
         # guard's bookkeeping inside, the eager reference judged as a candidate read
@@ -488,12 +486,9 @@ class CandidateRole:
                 for idx in [x for x in kept if x != mid]:
                     del kept[idx]
                 if i and i % k == 0:  # the pool wrapped: move every set to a new address
-                    state["cycle"] += 1
-                    shift = pool_shift(state["cycle"])
-                    for j, entry in enumerate(pool):
-                        argsets[j] = []  # its old tensors go as each is moved
-                        pool[j] = shifted_values(entry, shift)
-                        argsets[j] = self._args(pool[j], outs[j])
+                    argsets[:] = [[] for _ in range(k)]  # old tensors go as each is moved
+                    move_pool(pool, i // k)
+                    argsets[:] = [self._args(pool[j], outs[j]) for j in range(k)]
                 for t in outs[i % k]:
                     poison(t)
 

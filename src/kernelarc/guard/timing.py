@@ -166,6 +166,14 @@ def timing_pool(
     return [first] + [shifted_values(make(int(s)), pool_shift(0)) for s in seeds[1:n]]
 
 
+def move_pool(pool: list[list[Any]], cycle: int) -> None:
+    """Move every set of ``pool`` to :func:`pool_shift` (``cycle``), one tensor at a time
+    (done by both workers before the first call of each new pass over their pool: call
+    ``cycle * len(pool)``)."""
+    for j, entry in enumerate(pool):
+        pool[j] = shifted_values(entry, pool_shift(cycle))
+
+
 def placed(values: Sequence[Any]) -> list[Any]:
     """``values`` with every CUDA tensor smaller than ``PLACEMENT_BYTES`` copied into an
     allocation of its own that large; larger tensors and everything else as they are (a

@@ -257,7 +257,7 @@ class ReferenceRole:
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
         import torch
 
-        from kernelarc.guard.timing import pool_shift, shifted_values, time_calls, timing_pool
+        from kernelarc.guard.timing import move_pool, time_calls, timing_pool
         from kernelarc.problem.schema import Workload
 
         wl = Workload.model_validate(msg["workload"])
@@ -285,13 +285,10 @@ class ReferenceRole:
             self.device,
             cap=int(msg.get("pool_sets", 0)),
         )
-        state = {"cycle": 0}
 
         def before(i: int) -> None:
             if i and i % len(pool) == 0:  # the pool wrapped: every set to a new address
-                state["cycle"] += 1
-                for j, entry in enumerate(pool):
-                    pool[j] = shifted_values(entry, pool_shift(state["cycle"]))
+                move_pool(pool, i // len(pool))
 
         t1 = time.monotonic()
         res = time_calls(
