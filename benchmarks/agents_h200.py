@@ -1,7 +1,7 @@
 """Issue 4's benchmark: `kernelarc optimize` with the default built-in agents on a GPU.
 
     python benchmarks/agents_h200.py --problems ROOT [--only 007,002,...] [--budget 16]
-        [--time-limit 240] [--compile-sample 3] [--out DIR]
+        [--time-limit 240] [--compile-sample 0] [--compile-budget S] [--out DIR]
     python benchmarks/agents_h200.py --merge A/agents_bench.json B/agents_bench.json ...
 
 For each problem (default: the six of issue 4) this runs the real CLI in a subprocess,
@@ -10,9 +10,11 @@ the run's store: the final full evaluation of ``best/solution.json`` gives, per 
 the latency, the eager reference's latency (timed in the same guard session) and the H200
 bound. torch.compile of the reference (default options, ``dynamic=False``: the guard's
 baseline) is timed in one more guard session on ``--compile-sample`` workloads spread over
-the input sizes (all workloads with ``--compile-sample 0``): compiling per shape is what
-makes it costly. Results go to ``OUT/agents_bench.json`` after every step (the search, then
-the baseline), so a truncated call keeps what finished. "device s" is the time the guard
+the input sizes (all by default), as many as ``--compile-budget`` seconds allow: compiling
+per shape is what makes it costly; the table says how many of the run's workloads it
+covers (``compile_baseline.py`` times it again later for a saved solution). Results go to
+``OUT/agents_bench.json`` after every step (the search, then the baseline), so a truncated
+call keeps what finished. "device s" is the time the guard
 spent judging candidates on the device plus the compile baseline's session. ``--deadline
 S`` (seconds from the start) skips the baseline and the problems that would start after
 it. Prints a short table last; ``--merge`` prints one table (and geomeans) over the
@@ -183,6 +185,22 @@ def best_results(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def spread_order(n: int) -> list[int]:
+    """Indices ``0..n-1`` (workloads sorted by input size) in the order the compile baseline
+    takes them: the median (``n // 2``), the smallest, the largest, then the middle of the
+    widest stretch not yet taken, so that any prefix spreads over the sizes."""
+    if n <= 0:
+        return []
+    order = [n // 2] + [i for i in (0, n - 1) if i != n // 2]
+    order = list(dict.fromkeys(order))
+    while len(order) < n:
+        taken = sorted(order)
+        gaps = [(b - a, a, b) for a, b in zip(taken, taken[1:], strict=False) if b - a > 1]
+        _, a, b = max(gaps, key=lambda g: (g[0], -g[1]))  # widest, then leftmost
+        order.append((a + b) // 2)
+    return order
+
+
 def compile_baseline(
     problem_dir: Path,
     best: Path,
@@ -190,21 +208,31 @@ def compile_baseline(
     device: str,
     workloads: str | None = None,
     cupti: str = "auto",
+    budget_s: float | None = None,
 ) -> dict[str, Any]:
-    """``workloads``: the run's ``--workloads`` (the sample is taken from those); ``cupti``:
-    the run's timer (the same clock on both sides of every ratio)."""
+    """The solution, the eager reference and torch.compile of the reference on ``sample``
+    workloads (0: all) in :func:`spread_order` by input size, in one guard session.
+    ``workloads``: the run's ``--workloads`` (the sample is taken from those); ``cupti``:
+    the run's timer (the same clock on both sides of every ratio). ``budget_s``: no
+    workload starts that would end after this many seconds, by the longest one so far (the
+    first always runs): compiling per shape is what makes the baseline costly."""
     problem = load_problem(problem_dir)
     pool = problem.select([workloads]) if workloads else problem.workloads
-    wls = sorted(pool, key=lambda w: estimate_input_bytes(problem.definition, w))
-    if sample == 1 and len(wls) > 1:
-        wls = [wls[len(wls) // 2]]  # the median by input size
-    elif sample and len(wls) > sample:
-        idx = sorted({round(i * (len(wls) - 1) / (sample - 1)) for i in range(sample)})
-        wls = [wls[i] for i in idx]
+    by_size = sorted(pool, key=lambda w: estimate_input_bytes(problem.definition, w))
+    wls = [by_size[i] for i in spread_order(len(by_size))][: sample or None]
     cfg = GuardConfig(device=device, time_compiled_reference=True, warm_spare=False, cupti=cupti)
     t0 = time.monotonic()
+    marks = [t0]
+
+    def out_of_time(_: Any) -> str | None:
+        marks.append(time.monotonic())
+        steps = [b - a for a, b in zip(marks[1:], marks[2:], strict=False)] or [marks[1] - t0]
+        if budget_s is not None and marks[-1] - t0 + max(steps) > budget_s:
+            return f"budget: {budget_s:.0f} s would pass before the next workload's end"
+        return None
+
     with Guard(problem, cfg) as guard:
-        res = guard.evaluate(load_solution(best), wls)
+        res = guard.evaluate(load_solution(best), wls, stop=out_of_time)
     out = []
     for o in res.outcomes:
         comp = (o.compiled_reference or {}).get("median_ms")
@@ -218,7 +246,13 @@ def compile_baseline(
                 "notes": [n[:300] for n in o.notes],
             }
         )
-    return {"wall_s": time.monotonic() - t0, "workloads": out}
+    return {
+        "wall_s": time.monotonic() - t0,
+        "workloads": out,
+        "planned": len(wls),
+        "of": len(pool),
+        "stopped": res.stopped_early,
+    }
 
 
 def bound_types(
@@ -261,6 +295,7 @@ def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
         "vs_eager": vs_eager,
         "vs_compile": vs_compile,
         "compile_n": len(comp),
+        "compile_of": (r.get("compile") or {}).get("of"),
         "frac_bound": frac,
         "frac_bound_big": frac_big,
         "big_n": len(big),
@@ -285,7 +320,20 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(SIX))
     ap.add_argument("--budget", type=int, default=16)
     ap.add_argument("--time-limit", type=float, default=240.0)
-    ap.add_argument("--compile-sample", type=int, default=3)
+    ap.add_argument(
+        "--compile-sample",
+        type=int,
+        default=0,
+        help="workloads for the torch.compile baseline, spread over the input sizes (0: all; "
+        "-1: no baseline)",
+    )
+    ap.add_argument(
+        "--compile-budget",
+        type=float,
+        default=None,
+        help="seconds for the baseline of each problem: no workload starts that would end "
+        "after them (the first always runs); the table says (judged/all)",
+    )
     ap.add_argument("--out", type=Path, default=Path("agents_bench"))
     ap.add_argument("--agents", default=None, help="passed to optimize (default: all)")
     ap.add_argument("--compile-workers", type=int, default=0, help="passed to optimize")
@@ -388,6 +436,7 @@ def main() -> None:
                     args.device,
                     args.workloads,
                     args.cupti,
+                    args.compile_budget,
                 )
             except Exception as e:  # recorded, and the table says "no compile baseline"
                 r["compile"] = {"error": f"{type(e).__name__}: {e}"[:1000], "workloads": []}
@@ -409,7 +458,8 @@ def print_table(results: dict[str, Any]) -> None:
         "  bound type"
     )
     for s in rows:
-        comp = f"{f(s['vs_compile'])} ({s['compile_n']})"
+        of = f"/{s['compile_of']}" if s.get("compile_of") else ""
+        comp = f"{f(s['vs_compile'])} ({s['compile_n']}{of})"
         print(
             f"{s['problem']:8s} {s['correct']:>8s} {f(s['vs_eager']):>9s} {comp:>11s} "
             f"{f(s['frac_bound'], True):>7s} {f(s['frac_bound_big'], True):>12s} "

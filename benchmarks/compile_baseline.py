@@ -1,34 +1,83 @@
 """A solution vs the eager reference vs torch.compile of the reference, in one guard session.
 
-    python benchmarks/compile_baseline.py PROBLEM_DIR SOLUTION.json [--sample 2] [--device cuda]
+    python benchmarks/compile_baseline.py PROBLEM_DIR SOLUTION.json [--sample 0]
+        [--budget S] [--workloads 3,8] [--cupti auto] [--device cuda]
+        [--bench agents_bench.json --key ID --out NEW.json]
 
-The same protocol as the last step of ``agents_h200.py`` (``--sample`` workloads spread over
-the input sizes; 0 = all), for a solution judged earlier (e.g. the best solution of a search
-whose call ran out of time before its baseline). Prints one row per workload and the
-geometric means.
+The same protocol as the last step of ``agents_h200.py`` (``--sample`` workloads in its
+spread order over the input sizes, 0 = all; ``--budget`` seconds at most), for a solution
+judged earlier: a search whose call had no time left for the baseline, or one whose
+baseline covered a sample only. Prints one row per workload and the geometric means.
+
+With ``--bench`` the result replaces the ``compile`` part of row ``--key`` of that
+``agents_bench.json`` in a copy written to ``--out`` (never over an existing file), with its
+summary worked out again and ``compile_measured`` saying which code timed it when:
+``agents_h200.py --merge`` then prints the table with this baseline. The row's search and
+the baseline are then two runs; each ratio is still measured in one guard session.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agents_h200 import compile_baseline, geomean
+from agents_h200 import compile_baseline, geomean, summarize
+from code_identity import code_content
+
+
+def with_baseline(bench: dict[str, Any], key: str, res: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``bench`` whose row ``key`` has ``res`` as its baseline (and its summary
+    worked out again); the error names the keys there are when ``key`` is not one."""
+    if key not in bench or not isinstance(bench[key], dict):
+        sys.exit(f"--key {key}: not a row of --bench (its rows: {', '.join(sorted(bench))})")
+    row = dict(bench[key])
+    row["compile"] = res
+    row["compile_measured"] = {
+        "code_content": code_content(),
+        "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    row["summary"] = summarize(key, row)
+    return {**bench, key: row}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("problem", type=Path)
     ap.add_argument("solution", type=Path)
-    ap.add_argument("--sample", type=int, default=2)
+    ap.add_argument("--sample", type=int, default=0, help="workloads (0: all)")
+    ap.add_argument("--budget", type=float, default=None, help="seconds at most (see above)")
+    ap.add_argument("--workloads", default=None, help="only these (as optimize's --workloads)")
+    ap.add_argument("--cupti", default="auto", choices=("auto", "on", "off"))
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--bench", type=Path, default=None, help="an agents_bench.json to update")
+    ap.add_argument("--key", default=None, help="the row of --bench (e.g. 002)")
+    ap.add_argument("--out", type=Path, default=None, help="the updated copy of --bench")
     args = ap.parse_args()
-    res = compile_baseline(args.problem, args.solution, args.sample, args.device)
+    if args.bench is not None:
+        if args.key is None or args.out is None:
+            ap.error("--bench needs --key and --out")
+        if args.out.exists():
+            ap.error(f"--out {args.out} exists: choose a new file")
+        try:
+            bench = json.loads(args.bench.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            ap.error(f"--bench {args.bench}: cannot read it: {e}")
+        if not isinstance(bench, dict):
+            ap.error(f"--bench {args.bench}: not an agents_bench.json (a JSON object by row)")
+        with_baseline(bench, args.key, {})  # a wrong --key fails now, not after the timing
+    res = compile_baseline(
+        args.problem, args.solution, args.sample, args.device, args.workloads, args.cupti,
+        args.budget,
+    )  # fmt: skip
     print(json.dumps(res, indent=1, default=str))
+    if args.bench is not None:
+        args.out.write_text(json.dumps(with_baseline(bench, args.key, res), indent=1))
     ok = [
         w
         for w in res["workloads"]
@@ -47,8 +96,8 @@ def main() -> None:
     ve = geomean([w["reference_ms"] / w["latency_ms"] for w in ok])
     vc = geomean([w["compiled_ms"] / w["latency_ms"] for w in ok])
     print(
-        f"geomean over {len(ok)}/{len(res['workloads'])}: vs eager {ve}, vs compile {vc}; "
-        f"wall {res['wall_s']:.0f} s"
+        f"geomean over {len(ok)}/{res['of']} (planned {res['planned']}, stopped: "
+        f"{res['stopped']}): vs eager {ve}, vs compile {vc}; wall {res['wall_s']:.0f} s"
     )
 
 

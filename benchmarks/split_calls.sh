@@ -6,8 +6,9 @@
 #       bash benchmarks/split_calls.sh "ID:COMPILE_SAMPLE:COMPILE_EST:MIN_START[:EXTRA]" ...
 #
 # ID is a key of agents_h200.py's SIX (007, 002, L1-017, L2-002, Q-001, L2-025);
-# COMPILE_SAMPLE its --compile-sample; COMPILE_EST the seconds kept for the torch.compile
-# baseline after the search (the search's --deadline is the time left minus this, minus 5);
+# COMPILE_SAMPLE its --compile-sample (0: all workloads); COMPILE_EST the seconds kept for the
+# torch.compile baseline after the search, its --compile-budget (the search's --deadline is
+# the time left minus this, minus 5);
 # MIN_START the fewest seconds left to start it at all; EXTRA more agents_h200.py options,
 # '+' standing for spaces (e.g. --workloads+3,8+--cupti+off). Each problem writes
 # $OUT/ID/agents_bench.json and a report; the merged table is printed last.
@@ -26,8 +27,8 @@ for spec in "$@"; do
   echo "== $id: $left s left, deadline $dl"
   t=$(date +%s)
   timeout $(( left - 2 )) python3 benchmarks/agents_h200.py --problems "$PROBLEMS" --only "$id" \
-    --budget 16 --time-limit 240 --compile-sample "$cs" --deadline "$dl" --out "$OUT/$id" \
-    --runs-dir /tmp/r ${extra//+/ }
+    --budget 16 --time-limit 240 --compile-sample "$cs" --compile-budget "$cest" \
+    --deadline "$dl" --out "$OUT/$id" --runs-dir /tmp/r ${extra//+/ }
   echo "== $id: rc $? in $(( $(date +%s) - t )) s"
   [ -d "/tmp/r/run-$id" ] && timeout 20 python3 -m kernelarc.cli.main report "/tmp/r/run-$id" \
     -o "$OUT/$id/report.md" > /dev/null 2>&1 || echo "(no report for $id)"

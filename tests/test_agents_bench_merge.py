@@ -147,25 +147,68 @@ def test_the_benchmark_records_its_commit() -> None:
 @pytest.mark.slow
 def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     """The script itself, as the device calls run it (a dry run on the CPU with the bundled
-    example, a search on 2 of its 6 workloads): a broken script would cost a device call."""
+    example, a search on 2 of its 6 workloads, a baseline cut by its budget after the
+    first), then ``compile_baseline.py`` timing the baseline again on both into a copy of
+    the results: a broken script would cost a device call."""
     examples = SCRIPT.parents[1] / "src" / "kernelarc" / "examples"
     out = tmp_path / "out"
     cmd = [sys.executable, str(SCRIPT), "--problems", str(examples), "--only", "rmsnorm_h512"]
     cmd += ["--device", "cpu", "--budget", "1", "--agents", "reference", "--time-limit", "120"]
-    cmd += ["--compile-sample", "1", "--workloads", "0,1", "--out", str(out)]
+    cmd += ["--compile-budget", "1", "--workloads", "0,1", "--out", str(out)]
     cmd += ["--runs-dir", str(tmp_path / "runs")]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     row = json.loads((out / "agents_bench.json").read_text())["rmsnorm_h512"]
     s = row["summary"]
     assert s["correct"] == "2/2 of 6" and s["winner"] == "reference", s
-    assert s["compile_n"] == 1 and s["vs_eager"] and s["vs_compile"], s
+    assert s["compile_n"] == 1 and s["compile_of"] == 2 and s["vs_eager"] and s["vs_compile"]
+    assert row["compile"]["planned"] == 2 and row["compile"]["stopped"].startswith("budget")
     assert len(row["best"]["per_workload"]) == 2 and row["optimize"]["exit"] == 0
     run_uuids = {w["uuid"] for w in row["best"]["per_workload"]}
     assert [w["uuid"] in run_uuids for w in row["compile"]["workloads"]] == [True]  # of the run's
     assert sum(row["bound_types"].values()) == 2, row["bound_types"]  # the run's workloads
     assert (out / "best-rmsnorm_h512.json").is_file()
     assert any(line.startswith("rmsnorm_h512 2/2 of 6") for line in p.stdout.splitlines())
+    assert "(1/2)" in p.stdout
+
+    again = tmp_path / "again.json"
+    cmd = [sys.executable, str(SCRIPT.parent / "compile_baseline.py")]
+    cmd += [str(examples / "rmsnorm_h512"), str(out / "best-rmsnorm_h512.json")]
+    cmd += ["--device", "cpu", "--workloads", "0,1", "--bench", str(out / "agents_bench.json")]
+    cmd += ["--key", "rmsnorm_h512", "--out", str(again)]
+    q = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    assert q.returncode == 0, q.stdout[-2000:] + q.stderr[-3000:]
+    row2 = json.loads(again.read_text())["rmsnorm_h512"]
+    assert row2["summary"]["compile_n"] == 2 and row2["compile"]["stopped"] is None
+    assert row2["best"] == row["best"] and row2["compile_measured"]["code_content"]
+    assert "(2/2)" in _run(again).stdout
+    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and f"--out {again} exists" in refused.stderr
+
+
+def test_the_compile_baseline_takes_workloads_spread_over_the_sizes() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from agents_h200 import spread_order
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    assert spread_order(0) == [] and spread_order(1) == [0] and spread_order(2) == [1, 0]
+    assert spread_order(5) == [2, 0, 4, 1, 3]
+    assert spread_order(9)[:5] == [4, 0, 8, 2, 6], "each next one halves the widest gap"
+    for n in range(1, 50):
+        order = spread_order(n)
+        assert sorted(order) == list(range(n)) and order[0] == n // 2
+        assert set(order[:3]) == {0, n // 2, n - 1}
+
+
+def test_the_compile_baseline_refuses_a_row_the_results_do_not_have(tmp_path: Path) -> None:
+    bench = tmp_path / "agents_bench.json"
+    bench.write_text(json.dumps({"002": {"summary": _summary("002", 1.0, 0.1)}}))
+    cmd = [sys.executable, str(SCRIPT.parent / "compile_baseline.py"), "p", "s.json"]
+    cmd += ["--bench", str(bench), "--key", "007", "--out", str(tmp_path / "n.json")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "--key 007: not a row of --bench (its rows: 002)" in p.stderr
+    assert not (tmp_path / "n.json").exists()
 
 
 def test_the_split_runner_skips_what_the_call_has_no_time_for_and_needs_its_folders(
