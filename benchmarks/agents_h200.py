@@ -148,6 +148,13 @@ def judged_s(store: SQLiteStore) -> float:
     )
 
 
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        return {"error": f"{path.name}: {type(e).__name__}: {e}"[:300]}
+
+
 def best_results(run_dir: Path) -> dict[str, Any]:
     store = SQLiteStore(run_dir / "store.sqlite", readonly=True)
     events = store.events("best")
@@ -168,6 +175,8 @@ def best_results(run_dir: Path) -> dict[str, Any]:
         "confirmations": [e.payload for e in store.events("confirmation")],
         "parents": origin.parent_id if origin else None,
         "description": cand.solution.description if cand else "",
+        # the handed-over solution itself: compile_baseline.py can time it again from here
+        "solution": _read_json(run_dir / "best" / "solution.json"),
         "per_workload": [
             {
                 "uuid": r.uuid,

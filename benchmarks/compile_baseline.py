@@ -1,16 +1,17 @@
 """A solution vs the eager reference vs torch.compile of the reference, in one guard session.
 
-    python benchmarks/compile_baseline.py PROBLEM_DIR SOLUTION.json [--sample 0]
-        [--budget S] [--workloads 3,8] [--cupti auto] [--device cuda]
-        [--bench agents_bench.json --key ID --out NEW.json]
+    python benchmarks/compile_baseline.py PROBLEM_DIR (SOLUTION.json | --bench
+        agents_bench.json --key ID) [--out NEW.json] [--sample 0] [--budget S]
+        [--workloads 3,8] [--cupti auto] [--device cuda]
 
 The same protocol as the last step of ``agents_h200.py`` (``--sample`` workloads in its
 spread order over the input sizes, 0 = all; ``--budget`` seconds at most), for a solution
 judged earlier: a search whose call had no time left for the baseline, or one whose
 baseline covered a sample only. Prints one row per workload and the geometric means.
 
-With ``--bench`` the result replaces the ``compile`` part of row ``--key`` of that
-``agents_bench.json`` in a copy written to ``--out`` (never over an existing file), with its
+With ``--bench`` the solution is the one that row ``--key`` of that ``agents_bench.json``
+handed over (kept in the row) unless SOLUTION.json is given, and with ``--out`` the result
+replaces the row's ``compile`` part in a copy written there (never over an existing file), with its
 summary worked out again and ``compile_measured`` saying which code timed it when:
 ``agents_h200.py --merge`` then prints the table with this baseline. The row's search and
 the baseline are then two runs; each ratio is still measured in one guard session.
@@ -22,6 +23,7 @@ import argparse
 import datetime
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -49,20 +51,21 @@ def with_baseline(bench: dict[str, Any], key: str, res: dict[str, Any]) -> dict[
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("problem", type=Path)
-    ap.add_argument("solution", type=Path)
+    ap.add_argument("solution", type=Path, nargs="?", help="default: the --bench row's")
     ap.add_argument("--sample", type=int, default=0, help="workloads (0: all)")
     ap.add_argument("--budget", type=float, default=None, help="seconds at most (see above)")
     ap.add_argument("--workloads", default=None, help="only these (as optimize's --workloads)")
     ap.add_argument("--cupti", default="auto", choices=("auto", "on", "off"))
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--bench", type=Path, default=None, help="an agents_bench.json to update")
+    ap.add_argument("--bench", type=Path, default=None, help="an agents_bench.json")
     ap.add_argument("--key", default=None, help="the row of --bench (e.g. 002)")
     ap.add_argument("--out", type=Path, default=None, help="the updated copy of --bench")
     args = ap.parse_args()
+    bench: dict[str, Any] = {}
     if args.bench is not None:
-        if args.key is None or args.out is None:
-            ap.error("--bench needs --key and --out")
-        if args.out.exists():
+        if args.key is None:
+            ap.error("--bench needs --key")
+        if args.out is not None and args.out.exists():
             ap.error(f"--out {args.out} exists: choose a new file")
         try:
             bench = json.loads(args.bench.read_text())
@@ -71,12 +74,28 @@ def main() -> None:
         if not isinstance(bench, dict):
             ap.error(f"--bench {args.bench}: not an agents_bench.json (a JSON object by row)")
         with_baseline(bench, args.key, {})  # a wrong --key fails now, not after the timing
-    res = compile_baseline(
-        args.problem, args.solution, args.sample, args.device, args.workloads, args.cupti,
-        args.budget,
-    )  # fmt: skip
+    elif args.out is not None:
+        ap.error("--out needs --bench and --key (the results it is a copy of)")
+    if args.solution is None and args.bench is None:
+        ap.error("give SOLUTION.json, or --bench and --key (the row's solution)")
+    kept = None
+    if args.solution is None:
+        kept = ((bench.get(args.key) or {}).get("best") or {}).get("solution")
+        if not isinstance(kept, dict) or "error" in kept:
+            ap.error(
+                "no SOLUTION.json given and the --bench row keeps no solution (rows written "
+                f"before it kept them, or the run handed none over): {kept!r:.200}"
+            )
+    with tempfile.TemporaryDirectory(prefix="kernelarc-baseline-") as tmp:
+        solution = args.solution or Path(tmp) / "solution.json"
+        if kept is not None:
+            solution.write_text(json.dumps(kept))
+        res = compile_baseline(
+            args.problem, solution, args.sample, args.device, args.workloads, args.cupti,
+            args.budget,
+        )  # fmt: skip
     print(json.dumps(res, indent=1, default=str))
-    if args.bench is not None:
+    if args.out is not None:
         args.out.write_text(json.dumps(with_baseline(bench, args.key, res), indent=1))
     ok = [
         w

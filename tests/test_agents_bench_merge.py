@@ -4,7 +4,9 @@ Covered: two result files merged (a later file's problem replaces an earlier one
 unfinished problem is left out with a message), geomeans over the merged rows, and a file
 that is not a result file named in the error, the code version each row was run with (and
 a warning when they differ); the script run end to end on the CPU (the bundled example, a
-search on a subset of its workloads). Not covered: the benchmark's GPU runs.
+search on a subset of its workloads, a compile baseline cut by its budget), then
+``compile_baseline.py`` timing the baseline again from the solution the row keeps; the
+baseline's order of workloads. Not covered: the benchmark's GPU runs.
 """
 
 from __future__ import annotations
@@ -167,13 +169,14 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     run_uuids = {w["uuid"] for w in row["best"]["per_workload"]}
     assert [w["uuid"] in run_uuids for w in row["compile"]["workloads"]] == [True]  # of the run's
     assert sum(row["bound_types"].values()) == 2, row["bound_types"]  # the run's workloads
-    assert (out / "best-rmsnorm_h512.json").is_file()
+    kept = json.loads((out / "best-rmsnorm_h512.json").read_text())
+    assert row["best"]["solution"] == kept and kept["sources"]
     assert any(line.startswith("rmsnorm_h512 2/2 of 6") for line in p.stdout.splitlines())
     assert "(1/2)" in p.stdout
 
     again = tmp_path / "again.json"
     cmd = [sys.executable, str(SCRIPT.parent / "compile_baseline.py")]
-    cmd += [str(examples / "rmsnorm_h512"), str(out / "best-rmsnorm_h512.json")]
+    cmd += [str(examples / "rmsnorm_h512")]  # the solution: the one the row keeps
     cmd += ["--device", "cpu", "--workloads", "0,1", "--bench", str(out / "agents_bench.json")]
     cmd += ["--key", "rmsnorm_h512", "--out", str(again)]
     q = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
