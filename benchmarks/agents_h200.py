@@ -252,6 +252,8 @@ def compile_baseline(
                 "latency_ms": o.latency_ms,
                 "reference_ms": o.reference_ms,
                 "compiled_ms": comp,
+                # where the baseline's time goes: its calls include compiling this shape
+                "compiled_phases_s": (o.compiled_reference or {}).get("phases_s"),
                 "notes": [n[:300] for n in o.notes],
             }
         )
@@ -261,6 +263,7 @@ def compile_baseline(
         "planned": len(wls),
         "of": len(pool),
         "stopped": res.stopped_early,
+        "phases_s": res.phases_s,
     }
 
 

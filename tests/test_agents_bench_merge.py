@@ -165,6 +165,8 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert s["correct"] == "2/2 of 6" and s["winner"] == "reference", s
     assert s["compile_n"] == 1 and s["compile_of"] == 2 and s["vs_eager"] and s["vs_compile"]
     assert row["compile"]["planned"] == 2 and row["compile"]["stopped"].startswith("budget")
+    assert row["compile"]["phases_s"]["reference_timing"] > 0
+    assert row["compile"]["workloads"][0]["compiled_phases_s"]["calls"] > 0
     assert len(row["best"]["per_workload"]) == 2 and row["optimize"]["exit"] == 0
     run_uuids = {w["uuid"] for w in row["best"]["per_workload"]}
     assert [w["uuid"] in run_uuids for w in row["compile"]["workloads"]] == [True]  # of the run's
