@@ -95,7 +95,7 @@ PROBE_SCRIPT = """
 import sys
 started = []
 sys.addaudithook(lambda event, args: started.append(args) if event == "subprocess.Popen" else None)
-from kernelarc.guard.candidate import prewarm_inductor
+from kernelarc.guard.prewarm import prewarm_inductor
 warmed = prewarm_inductor(probe=sys.argv[1] == "probe")
 assert not warmed.notes, warmed.notes
 def python_children():

@@ -19,10 +19,10 @@ from __future__ import annotations
 import ast
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelarc.guard.prewarm import Prewarm, prewarm_inductor, uses_inductor
 from kernelarc.guard.sentinel import Policy, Sentinel, Violation
 from kernelarc.guard.worker import normalize_outputs, resolve_device
 
@@ -40,56 +40,6 @@ def _without_run(source: str) -> str:
 #: Non-tensor return values that are plain bugs (RUNTIME_ERROR); any other object in place
 #: of an output tensor is treated as posing as one (REWARD_HACK[output-type]).
 _HONEST_MISTAKES = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict)
-
-
-def _uses_inductor(root: Path) -> bool:
-    from kernelarc.problem.schema import RUNTIME_COMPILE_MARKERS
-
-    return any(
-        m in p.read_text(errors="replace")
-        for p in root.rglob("*.py")
-        for m in RUNTIME_COMPILE_MARKERS
-    )
-
-
-@dataclass
-class Prewarm:
-    """What :func:`prewarm_inductor` did: seconds it took and notes for the verdict."""
-
-    seconds: float
-    probe: bool
-    notes: list[str] = field(default_factory=list)
-
-
-def prewarm_inductor(*, probe: bool) -> Prewarm:
-    """Import what torch.compile needs on its first call and settle Inductor's CPU vector-ISA
-    check, before the sentinel is armed (library work, not the solution's; cached in this
-    process afterwards).
-
-    The ISA check builds a test library per ISA the CPU has and starts a Python subprocess
-    to load each (the sentinel would block that subprocess). With ``probe`` it runs as
-    torch runs it (the CPU device: Inductor's CPU kernels are the solution's speed). Without
-    it (a CUDA device), ``cpp.vec_isa_ok = False`` answers it without building or starting
-    anything: CPU kernels Inductor generates inside a CUDA solution's graph are then scalar,
-    GPU kernels are unchanged. On the H200 a compiled candidate's worker spent 47-62 s in
-    setup with the check run this way, its torch.compile calls ~4 s (session 12); with early
-    spares prepared without it, 0.35-8.24 s (session 13, docs/PERFORMANCE.md). Timed in
-    ``load.prewarm`` / ``spare_prewarm``."""
-    t0 = time.monotonic()
-    notes: list[str] = []
-    try:
-        import torch._dynamo
-        import torch._inductor.compile_fx  # noqa: F401
-        from torch._inductor import config as inductor_config
-        from torch._inductor import cpu_vec_isa
-
-        if probe:
-            cpu_vec_isa.valid_vec_isa_list()
-        else:
-            inductor_config.cpp.vec_isa_ok = False
-    except Exception as e:  # reported with the verdict; the solution may still work
-        notes.append(f"torch.compile pre-warm failed: {type(e).__name__}: {e}")
-    return Prewarm(time.monotonic() - t0, probe, notes)
 
 
 def _viol(vs: list[Violation]) -> list[dict[str, str]]:
@@ -154,7 +104,7 @@ class CandidateRole:
         """Seconds of the setup's parts (``load.*`` phases in the parent)."""
         if warmed is not None:
             self.timings["spare_prewarm"] = warmed.seconds
-        if _uses_inductor(Path(art["root"])):
+        if uses_inductor(Path(art["root"])):
             if warmed is None:
                 warmed = prewarm_inductor(probe=self.device.type != "cuda")
                 self.timings["prewarm"] = warmed.seconds

@@ -93,7 +93,7 @@ class GuardConfig(BaseModel):
     warm_spare: bool = True
     early_spare: bool | None = None
     """Start the next warm spare as soon as a candidate takes its worker, and have it prepare
-    torch.compile (``candidate.prewarm_inductor``) before its first request, instead of
+    torch.compile (``prewarm.prewarm_inductor``) before its first request, instead of
     starting it when the candidate is done. None: on CUDA devices (their hosts have cores to
     spare; the process start and Inductor's preparation then overlap the previous
     candidate's judging), not on the CPU, where a spare starting beside timed calls slowed

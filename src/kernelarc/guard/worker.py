@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
     channel.send({"op": "ready", "pid": os.getpid()})
     warmed = None
     if args.prewarm and args.role == "candidate":
-        from kernelarc.guard.candidate import prewarm_inductor
+        from kernelarc.guard.prewarm import prewarm_inductor
 
         warmed = prewarm_inductor(probe=args.prewarm == "cpu")
     serve(args.role, channel, warmed)
