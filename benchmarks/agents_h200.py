@@ -14,18 +14,19 @@ the input sizes (all by default), as many as ``--compile-budget`` seconds allow:
 per shape is what makes it costly; the table says how many of the run's workloads it
 covers (``compile_baseline.py`` times it again later for a saved solution). Results go to
 ``OUT/agents_bench.json`` after every step (the search, then the baseline), so a truncated
-call keeps what finished. "device s" is the time the guard
-spent judging candidates on the device plus the compile baseline's session. ``--deadline
-S`` (seconds from the start) skips the baseline and the problems that would start after
-it. Prints a short table last; ``--merge`` prints one table (and geomeans) over the
-results of several calls, when the benchmark is split over device calls.
+call keeps what finished. The table's ``in search`` column is the same baseline as the
+search judged it (``search_baseline.py``: all workloads where it reached the full stage, no
+device time of its own). "device s" is the time the guard spent judging candidates on the
+device plus the compile baseline's session. ``--deadline S`` (seconds from the start) skips
+the baseline and the problems that would start after it. Prints a short table last
+(``bench_table.py``); ``--merge`` prints one table (and geomeans) over the results of
+several calls, when the benchmark is split over device calls.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -42,7 +43,9 @@ from kernelarc.problem.loader import load_problem, load_solution  # noqa: E402
 from kernelarc.store.sqlite import SQLiteStore  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from code_identity import code_content, code_tree_version, code_version, report_versions  # noqa: E402
+from bench_table import merge, print_table, summarize  # noqa: E402
+from code_identity import code_content, code_tree_version, code_version  # noqa: E402
+from search_baseline import baseline_in_search  # noqa: E402
 
 SIX = {
     "007": "FlashInfer-Bench/007_gemm_n4096_k4096",
@@ -52,12 +55,6 @@ SIX = {
     "Q-001": "Quant/001_fp8_attention_output_projection",
     "L2-025": "L2/025_moe_expert_parallel_execution_backward",
 }
-BIG_BOUND_MS = 0.020
-
-
-def geomean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
 def optimize(
@@ -155,11 +152,12 @@ def _read_json(path: Path) -> Any:
         return {"error": f"{path.name}: {type(e).__name__}: {e}"[:300]}
 
 
-def best_results(run_dir: Path) -> dict[str, Any]:
+def best_results(run_dir: Path, problem_dir: Path) -> dict[str, Any]:
     store = SQLiteStore(run_dir / "store.sqlite", readonly=True)
     events = store.events("best")
     if not events:
         return {"trajectory": trajectory(store), "judged_s": judged_s(store)}
+    definition = load_problem(problem_dir).definition
     cid = str(events[-1].payload.get("candidate"))
     full = [e for e in store.evaluations(cid) if e.stage == "full"]
     cand = store.candidate(cid)
@@ -190,6 +188,7 @@ def best_results(run_dir: Path) -> dict[str, Any]:
         ],
         "candidates_by_agent": {a: sum(1 for x, _ in agents if x == a) for a, _ in agents},
         "judged_s": judged_s(store),
+        "search_compile": baseline_in_search(store, definition, str(confirms or cid)),
         "trajectory": trajectory(store),
     }
 
@@ -285,39 +284,6 @@ def bound_types(
         kind = "n/c" if cost.method == "none" else t_sol_ms(cost, profile)[1]
         kinds[kind] = kinds.get(kind, 0) + 1
     return kinds
-
-
-def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
-    per = (r.get("best") or {}).get("per_workload") or []
-    ok = [w for w in per if w["status"] == "PASSED" and w["latency_ms"]]
-    vs_eager = geomean([w["reference_ms"] / w["latency_ms"] for w in ok if w["reference_ms"]])
-    frac = geomean([w["bound_ms"] / w["latency_ms"] for w in ok if w["bound_ms"]])
-    big = [w for w in ok if (w["bound_ms"] or 0) >= BIG_BOUND_MS]
-    frac_big = geomean([w["bound_ms"] / w["latency_ms"] for w in big])
-    comp = [
-        w
-        for w in (r.get("compile") or {}).get("workloads", [])
-        if w["status"] == "PASSED" and w["compiled_ms"] and w["latency_ms"]
-    ]
-    vs_compile = geomean([w["compiled_ms"] / w["latency_ms"] for w in comp])
-    return {
-        "problem": name,
-        "correct": (f"{len(ok)}/{len(per)}" if per else "no best")
-        + (f" of {r['workloads_total']}" if r.get("workloads") else ""),
-        "vs_eager": vs_eager,
-        "vs_compile": vs_compile,
-        "compile_n": len(comp),
-        "compile_of": (r.get("compile") or {}).get("of"),
-        "frac_bound": frac,
-        "frac_bound_big": frac_big,
-        "big_n": len(big),
-        "winner": (r.get("best") or {}).get("agent"),
-        "bound_types": r.get("bound_types"),
-        "wall_s": r["optimize"]["wall_s"] + (r.get("compile") or {}).get("wall_s", 0.0),
-        # device time: the guard judging the search's candidates, plus the compile baseline
-        "device_s": float((r.get("best") or {}).get("judged_s") or 0.0)
-        + float((r.get("compile") or {}).get("wall_s", 0.0)),
-    }
 
 
 def main() -> None:
@@ -432,7 +398,7 @@ def main() -> None:
             r["summary"] = summarize(key, r)
             save()
             continue
-        r["best"] = best_results(run_dir)
+        r["best"] = best_results(run_dir, problem_dir)
         save()
         best = run_dir / "best" / "solution.json"
         if best.exists():  # beside agents_bench.json: the device tool returns few levels
@@ -456,53 +422,6 @@ def main() -> None:
         save()
         print(json.dumps(r["summary"], default=str), flush=True)
     print_table(results)
-
-
-def print_table(results: dict[str, Any]) -> None:
-    rows = [r["summary"] for r in results.values() if "summary" in r]
-
-    def f(x: float | None, pct: bool = False) -> str:
-        return "-" if x is None else (f"{x:.1%}" if pct else f"{x:.2f}x")
-
-    print(
-        f"\n{'problem':8s} {'correct':>8s} {'vs eager':>9s} {'vs compile':>11s} "
-        f"{'bound':>7s} {'bound>=20us':>12s} {'winner':>12s} {'wall s':>7s} {'device s':>8s}"
-        "  bound type"
-    )
-    for s in rows:
-        of = f"/{s['compile_of']}" if s.get("compile_of") else ""
-        comp = f"{f(s['vs_compile'])} ({s['compile_n']}{of})"
-        print(
-            f"{s['problem']:8s} {s['correct']:>8s} {f(s['vs_eager']):>9s} {comp:>11s} "
-            f"{f(s['frac_bound'], True):>7s} {f(s['frac_bound_big'], True):>12s} "
-            f"{str(s['winner']):>12s} {s['wall_s']:7.0f} {s.get('device_s', 0.0):8.0f}  "
-            + ", ".join(f"{k} {v}" for k, v in sorted((s.get("bound_types") or {}).items()))
-        )
-    print(
-        f"geomean  vs eager {f(geomean([s['vs_eager'] or 0 for s in rows]))}, vs compile "
-        f"{f(geomean([s['vs_compile'] or 0 for s in rows]))}, bound "
-        f"{f(geomean([s['frac_bound'] or 0 for s in rows]), True)}"
-    )
-
-
-def merge(files: list[Path]) -> dict[str, Any]:
-    """The problems of several ``agents_bench.json`` files (the benchmark split over device
-    calls); a problem in a later file replaces the same problem of an earlier one."""
-    results: dict[str, Any] = {}
-    for path in files:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            sys.exit(f"--merge: cannot read {path}: {e}")
-        if not isinstance(data, dict):
-            sys.exit(f"--merge: {path} is not an agents_bench.json (a JSON object by problem)")
-        for key, r in data.items():
-            if not isinstance(r, dict) or "summary" not in r:
-                print(f"--merge: {path}: {key} has no summary (unfinished), left out")
-                continue
-            results[key] = r
-    report_versions(results)
-    return results
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agents_h200 import compile_baseline, geomean, summarize
+from agents_h200 import compile_baseline
+from bench_table import geomean, summarize
 from code_identity import code_content
 
 

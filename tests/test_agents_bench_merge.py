@@ -172,6 +172,7 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert [w["uuid"] in run_uuids for w in row["compile"]["workloads"]] == [True]  # of the run's
     assert sum(row["bound_types"].values()) == 2, row["bound_types"]  # the run's workloads
     kept = json.loads((out / "best-rmsnorm_h512.json").read_text())
+    assert row["best"]["search_compile"] is None, "the compiler agent did not run"
     assert row["best"]["solution"] == kept and kept["sources"]
     assert any(line.startswith("rmsnorm_h512 2/2 of 6") for line in p.stdout.splitlines())
     assert "(1/2)" in p.stdout

@@ -1,0 +1,121 @@
+"""The table of ``agents_h200.py``: a problem's summary from its results, the printed table
+and its geomeans, and the merge of results of split device calls (``--merge``).
+
+Columns: workloads correct; geomeans over the PASSED workloads of the speedup vs the eager
+reference (the search's final judging), vs torch.compile (the compile baseline's own guard
+session, ``(judged/all)``), vs torch.compile as the search judged it (``in search``:
+``search_baseline.py``), the fraction of the H200 bound (all workloads / those whose bound
+is at least 20 us); the winner; wall and device seconds; the workloads' bound types.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from code_identity import report_versions
+from search_baseline import from_scores, vs_search_baseline
+
+BIG_BOUND_MS = 0.020
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
+    per = (r.get("best") or {}).get("per_workload") or []
+    ok = [w for w in per if w["status"] == "PASSED" and w["latency_ms"]]
+    vs_eager = geomean([w["reference_ms"] / w["latency_ms"] for w in ok if w["reference_ms"]])
+    frac = geomean([w["bound_ms"] / w["latency_ms"] for w in ok if w["bound_ms"]])
+    big = [w for w in ok if (w["bound_ms"] or 0) >= BIG_BOUND_MS]
+    frac_big = geomean([w["bound_ms"] / w["latency_ms"] for w in big])
+    comp = [
+        w
+        for w in (r.get("compile") or {}).get("workloads", [])
+        if w["status"] == "PASSED" and w["compiled_ms"] and w["latency_ms"]
+    ]
+    vs_compile = geomean([w["compiled_ms"] / w["latency_ms"] for w in comp])
+    best = r.get("best") or {}
+    in_search = vs_search_baseline(best.get("search_compile"))
+    vs_search, search_n = geomean(in_search), len(in_search)
+    if "search_compile" not in best and (scored := from_scores(best)):  # an older row
+        vs_search, search_n = scored
+    return {
+        "problem": name,
+        "correct": (f"{len(ok)}/{len(per)}" if per else "no best")
+        + (f" of {r['workloads_total']}" if r.get("workloads") else ""),
+        "vs_eager": vs_eager,
+        "vs_compile": vs_compile,
+        "compile_n": len(comp),
+        "compile_of": (r.get("compile") or {}).get("of"),
+        # the search's own judging of the same torch.compile baseline (search_baseline.py)
+        "vs_compile_search": vs_search,
+        "compile_search_n": search_n,
+        "frac_bound": frac,
+        "frac_bound_big": frac_big,
+        "big_n": len(big),
+        "winner": (r.get("best") or {}).get("agent"),
+        "bound_types": r.get("bound_types"),
+        "wall_s": r["optimize"]["wall_s"] + (r.get("compile") or {}).get("wall_s", 0.0),
+        # device time: the guard judging the search's candidates, plus the compile baseline
+        "device_s": float((r.get("best") or {}).get("judged_s") or 0.0)
+        + float((r.get("compile") or {}).get("wall_s", 0.0)),
+    }
+
+
+def print_table(results: dict[str, Any]) -> None:
+    rows = [r["summary"] for r in results.values() if "summary" in r]
+
+    def f(x: float | None, pct: bool = False) -> str:
+        return "-" if x is None else (f"{x:.1%}" if pct else f"{x:.2f}x")
+
+    print(
+        f"\n{'problem':8s} {'correct':>8s} {'vs eager':>9s} {'vs compile':>11s} "
+        f"{'in search':>11s} {'bound':>7s} {'bound>=20us':>12s} {'winner':>12s} "
+        f"{'wall s':>7s} {'device s':>8s}  bound type"
+    )
+    for s in rows:
+        of = f"/{s['compile_of']}" if s.get("compile_of") else ""
+        comp = f"{f(s['vs_compile'])} ({s['compile_n']}{of})"
+        searched = f"{f(s.get('vs_compile_search'))} ({s.get('compile_search_n', 0)})"
+        print(
+            f"{s['problem']:8s} {s['correct']:>8s} {f(s['vs_eager']):>9s} {comp:>11s} "
+            f"{searched:>11s} "
+            f"{f(s['frac_bound'], True):>7s} {f(s['frac_bound_big'], True):>12s} "
+            f"{str(s['winner']):>12s} {s['wall_s']:7.0f} {s.get('device_s', 0.0):8.0f}  "
+            + ", ".join(f"{k} {v}" for k, v in sorted((s.get("bound_types") or {}).items()))
+        )
+    print(
+        f"geomean  vs eager {f(geomean([s['vs_eager'] or 0 for s in rows]))}, vs compile "
+        f"{f(geomean([s['vs_compile'] or 0 for s in rows]))}, bound "
+        f"{f(geomean([s['frac_bound'] or 0 for s in rows]), True)}; vs compile in search "
+        f"{f(geomean([s.get('vs_compile_search') or 0 for s in rows]))} over "
+        f"{sum(1 for s in rows if s.get('vs_compile_search'))} problems"
+    )
+
+
+def merge(files: list[Path]) -> dict[str, Any]:
+    """The problems of several ``agents_bench.json`` files (the benchmark split over device
+    calls); a problem in a later file replaces the same problem of an earlier one. A whole
+    row's summary is worked out again with :func:`summarize`."""
+    results: dict[str, Any] = {}
+    for path in files:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            sys.exit(f"--merge: cannot read {path}: {e}")
+        if not isinstance(data, dict):
+            sys.exit(f"--merge: {path} is not an agents_bench.json (a JSON object by problem)")
+        for key, r in data.items():
+            if not isinstance(r, dict) or "summary" not in r:
+                print(f"--merge: {path}: {key} has no summary (unfinished), left out")
+                continue
+            # worked out again from the row (older rows then get the newer columns too)
+            results[key] = {**r, "summary": summarize(key, r)} if "optimize" in r else r
+    report_versions(results)
+    return results
