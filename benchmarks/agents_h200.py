@@ -152,12 +152,11 @@ def _read_json(path: Path) -> Any:
         return {"error": f"{path.name}: {type(e).__name__}: {e}"[:300]}
 
 
-def best_results(run_dir: Path, problem_dir: Path) -> dict[str, Any]:
+def best_results(run_dir: Path) -> dict[str, Any]:
     store = SQLiteStore(run_dir / "store.sqlite", readonly=True)
     events = store.events("best")
     if not events:
         return {"trajectory": trajectory(store), "judged_s": judged_s(store)}
-    definition = load_problem(problem_dir).definition
     cid = str(events[-1].payload.get("candidate"))
     full = [e for e in store.evaluations(cid) if e.stage == "full"]
     cand = store.candidate(cid)
@@ -188,7 +187,7 @@ def best_results(run_dir: Path, problem_dir: Path) -> dict[str, Any]:
         ],
         "candidates_by_agent": {a: sum(1 for x, _ in agents if x == a) for a, _ in agents},
         "judged_s": judged_s(store),
-        "search_compile": baseline_in_search(store, definition, str(confirms or cid)),
+        "search_compile": baseline_in_search(store, str(confirms or cid)),
         "trajectory": trajectory(store),
     }
 
@@ -398,7 +397,7 @@ def main() -> None:
             r["summary"] = summarize(key, r)
             save()
             continue
-        r["best"] = best_results(run_dir, problem_dir)
+        r["best"] = best_results(run_dir)
         save()
         best = run_dir / "best" / "solution.json"
         if best.exists():  # beside agents_bench.json: the device tool returns few levels

@@ -1,62 +1,34 @@
 """torch.compile's baseline as the search itself judged it, for ``agents_h200.py``.
 
-The compiler agent's first proposal is the reference compiled exactly as the guard's
-baseline compiles it (``proposers.compiler.BASELINE``: ``torch.compile(run,
-dynamic=False)``). Where the search judged that candidate and the chosen one with the full
-protocol, their latencies on every workload give a "vs torch.compile" over all the run's
-workloads at no extra device time: two candidates of one search, judged alike (one guard,
-the same input placement rule, a worker process each). The chosen candidate's own full
-stage is used, not its confirmation in a fresh process (``orchestration/confirm.py``),
-which the baseline never gets. On a CUDA device the full stage times the reference once per
-workload and reuses it (``judge.py``), so for rows written before the latencies were kept
-(no ``search_compile``) the ratio of the two full-stage scores, each over all the run's
-workloads, is the same geomean (:func:`from_scores`). Not covered: a baseline the search
-stopped at its screening (hopeless, failed, or out of time) gives no figure here; then only
-the compile baseline's own guard session (``agents_h200.compile_baseline``) measures it.
+The run's report finds it (``kernelarc.report.baseline``: the compiler agent's first
+proposal, the reference compiled as torch.compile's baseline; the chosen candidate's own
+full stage beside it, not its confirmation). This adds, for the benchmark's rows: the
+record kept in a row (``search_compile``), its ratios, and for rows written before that
+record was kept, the ratio of the two full-stage scores from the row's trajectory. On a
+CUDA device the full stage times the reference once per workload and reuses it
+(``judge.py``), so over the same workloads, all PASSED, that ratio is the same geomean
+(:func:`from_scores`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kernelarc.problem.schema import Definition
-from kernelarc.proposers.compiler import BASELINE, compiled_source, variant_named
+from kernelarc.proposers.compiler import BASELINE, variant_named
+from kernelarc.report.baseline import CompileBaseline, compile_baseline
 from kernelarc.store.sqlite import SQLiteStore
 
 
-def _full_latencies(store: SQLiteStore, cid: str) -> dict[str, float]:
-    full = [e for e in store.evaluations(cid) if e.stage == "full"]
-    per = full[-1].result.per_workload if full else ()
-    return {r.uuid: r.latency_ms for r in per if r.status == "PASSED" and r.latency_ms}
-
-
-def baseline_in_search(
-    store: SQLiteStore, definition: Definition, chosen: str
-) -> dict[str, Any] | None:
-    """The search's judging of torch.compile's baseline: its candidate, the last stage it
-    reached, its full-stage latency by workload uuid where it PASSED, and the same of the
-    ``chosen`` candidate (the one the run handed over, or the one its confirmation judged
-    again); None when the search never proposed the baseline."""
-    want = compiled_source(definition.reference, variant_named(BASELINE))
-    for cand in store.candidates():
-        if cand.agent != "compiler" or [s.content for s in cand.solution.sources] != [want]:
-            continue
-        stages = {e.stage for e in store.evaluations(cand.id)}
-        return {
-            "candidate": cand.id,
-            "stage": "full" if "full" in stages else ("screen" if stages else "not judged"),
-            "latency_ms": _full_latencies(store, cand.id),
-            "chosen": chosen,
-            "chosen_latency_ms": _full_latencies(store, chosen),
-        }
-    return None
+def baseline_in_search(store: SQLiteStore, chosen: str) -> dict[str, Any] | None:
+    """``kernelarc.report.baseline.compile_baseline`` as a row keeps it (None: the search
+    never proposed the baseline)."""
+    found = compile_baseline(store, chosen)
+    return None if found is None else found.model_dump(mode="json")
 
 
 def vs_search_baseline(found: dict[str, Any] | None) -> list[float]:
     """Per workload both PASSED the full stage: baseline latency / chosen latency."""
-    base = (found or {}).get("latency_ms") or {}
-    ours = (found or {}).get("chosen_latency_ms") or {}
-    return [base[u] / ours[u] for u in ours if u in base]
+    return [] if not found else CompileBaseline.model_validate(found).ratios()
 
 
 def from_scores(best: dict[str, Any]) -> tuple[float, int] | None:

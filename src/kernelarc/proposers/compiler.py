@@ -154,6 +154,12 @@ BASELINE = "static"
 ``torch.compile(run, dynamic=False)``): the compiler's first proposal on the reference."""
 
 
+def reference_description(variant: CompileVariant) -> str:
+    """The description of the compiler's solution that compiles the reference with
+    ``variant`` (the report knows torch.compile's baseline by it: ``report/baseline.py``)."""
+    return f"torch.compile of the reference ({variant.label()})."
+
+
 def compiled_source(reference: str, variant: CompileVariant) -> str:
     """The reference source followed by a ``torch.compile`` of its ``run`` and an entry."""
     args = variant.arguments()
@@ -333,7 +339,7 @@ class CompilerAgent(Agent, Rebasing):
             definition,
             agent=self.name,
             name=f"{definition.name}-compiler-{variant.name}-{self._count}",
-            description=f"torch.compile of the reference ({variant.label()}).",
+            description=reference_description(variant),
             source=compiled_source(definition.reference, variant),
             entry=COMPILED_ENTRY,
         )

@@ -1,7 +1,8 @@
 """A run's report as Markdown: the result, the trajectory, the lessons learned.
 
 Covered: the handed-over solution and its per-workload results (latency, eager reference,
-speedup, fraction of the roofline bound where the run had one), each judged candidate in
+speedup, fraction of the roofline bound where the run had one), its speedup over
+torch.compile's baseline where the run judged that in full, each judged candidate in
 order, the conclusions grouped by agent, and the notable events. The text is built from a
 :class:`~kernelarc.report.trajectory.RunReport` only, so it can be tested without a run.
 Not covered: the picture (``plot.py``; the report links it when one was drawn).
@@ -58,6 +59,7 @@ def _result(report: RunReport) -> list[str]:
         f"{len(ok)}/{len(wls)} workloads passed; geomean speedup over the eager reference "
         f"{_x(speed)}" + (f"; {100 * bound:.1f}% of the roofline bound" if bound else "") + "."
     )
+    lines += _versus_compile(report, len(wls))
     if report.summary.get("workloads"):
         lines.append(
             f"The run judged {len(report.summary['workloads'])} chosen workload(s) only "
@@ -76,6 +78,25 @@ def _result(report: RunReport) -> list[str]:
     ]
     head = ("workload", "status", "ms", "eager ms", "speedup", "of bound")
     return [*lines, "", *_table(head, rows)]
+
+
+def _versus_compile(report: RunReport, n: int) -> list[str]:
+    cb = report.compile_baseline
+    if cb is None:
+        return []
+    what = f"torch.compile's baseline (`torch.compile(run, dynamic=False)`, `{cb.candidate}`)"
+    ratios = cb.ratios()
+    if not ratios:
+        return [
+            f"{what} was judged no further than its {cb.stage} stage in this run: no "
+            "comparison over the workloads (`kernelarc eval PROBLEM -s SOLUTION "
+            "--compile-baseline` times it)."
+        ]
+    whose = f"`{cb.chosen}`" + (" as the search judged it" if report.best_origin else "")
+    return [
+        f"Against {what}, judged in full in this run: speedup {_x(geomean(ratios))} for "
+        f"{whose} (geomean over the {len(ratios)}/{n} workloads both passed)."
+    ]
 
 
 def _trajectory(report: RunReport, picture: str | None) -> list[str]:

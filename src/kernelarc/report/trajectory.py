@@ -2,8 +2,9 @@
 
 Covered: every judged candidate in the order the guard judged it (agent, parent, how far it
 got, its score, whether it became its agent's incumbent, the run's best score so far), the
-handed-over solution's per-workload results, the conclusions, and the events a user should
-know of (time limit warnings, skipped confirmations, agents that failed to propose). Read
+handed-over solution's per-workload results, the conclusions, the events a user should
+know of (time limit warnings, skipped confirmations, agents that failed to propose), and
+torch.compile's baseline as the run judged it (``baseline.py``). Read
 only: nothing here writes the store. Not covered: rendering (``markdown.py``, ``plot.py``).
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from kernelarc.agents.types import Conclusion, WorkloadResult
+from kernelarc.report.baseline import CompileBaseline, compile_baseline
 from kernelarc.store.base import Store
 
 #: Events worth a line in the report (the rest are in ``events.jsonl``).
@@ -72,6 +74,9 @@ class RunReport(BaseModel):
     conclusions: list[Conclusion]
     notable: list[dict[str, Any]]
     """Notable events in order, each with its ``kind``."""
+    compile_baseline: CompileBaseline | None = None
+    """torch.compile's baseline as the run judged it (``baseline.py``), beside the chosen
+    candidate; None without a chosen one or without the baseline."""
 
 
 def _seconds(at: str, start: datetime) -> float:
@@ -135,4 +140,5 @@ def read_run(store: Store, run_dir: Path) -> RunReport:
         best_workloads=list(full[-1].result.per_workload) if full else [],
         conclusions=store.conclusions(),
         notable=[{"kind": e.kind, **e.payload} for e in events if e.kind in NOTABLE],
+        compile_baseline=compile_baseline(store, str(origin or best_id)) if best_id else None,
     )
