@@ -150,8 +150,8 @@ def test_the_benchmark_records_its_commit() -> None:
 def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     """The script itself, as the device calls run it (a dry run on the CPU with the bundled
     example, a search by the compiler agent on 2 of its 6 workloads, its report, a baseline
-    cut by its budget after the first), then ``compile_baseline.py`` timing the baseline again on both into a copy of
-    the results: a broken script would cost a device call."""
+    cut by its budget after the first), then ``compile_baseline.py`` timing the baseline
+    again on both into a copy of the results: a broken script would cost a device call."""
     examples = SCRIPT.parents[1] / "src" / "kernelarc" / "examples"
     out = tmp_path / "out"
     cmd = [sys.executable, str(SCRIPT), "--problems", str(examples), "--only", "rmsnorm_h512"]

@@ -52,7 +52,7 @@ def _add(store: SQLiteStore, cid: str, variant: str, stages: dict[str, list[floa
         )  # fmt: skip
         result = CandidateResult(
             candidate_id=cid, agent="compiler", strategy="compiler", mode="draft",
-            stage=stage, per_workload=per, passed=all(lats), score=None,
+            stage=stage, per_workload=per, passed=all(lats), score=1.5 if all(lats) else None,
         )  # fmt: skip
         store.add_evaluation(EvaluationRecord(candidate_id=cid, stage=stage, result=result))  # type: ignore[arg-type]
 
@@ -71,6 +71,7 @@ def test_the_baseline_is_found_by_its_description_and_read_from_its_full_stage(
         latency_ms={"w0": 2.0, "w2": 4.0},
         chosen="c0001-compiler",
         chosen_latency_ms={"w0": 1.0, "w1": 1.0},
+        screen_score=1.5,
     )
     assert found.ratios() == [2.0], "w0 only: w1 and w2 each failed once"
 
@@ -80,6 +81,7 @@ def test_a_baseline_stopped_at_its_screening_gives_no_latency(tmp_path: Path) ->
     _add(store, "c0001-compiler", BASELINE, {"screen": [9.0]})
     found = compile_baseline(store, "c0001-compiler")
     assert found is not None and found.stage == "screen" and found.ratios() == []
+    assert found.screen_score == 1.5 and found.stopped is None
 
 
 def _report(cb: CompileBaseline | None, origin: str | None = None) -> str:
@@ -102,7 +104,12 @@ def test_the_report_gives_the_speedup_over_the_baseline_or_says_why_not() -> Non
     assert "(`torch.compile(run, dynamic=False)`, `c0002-compiler`), judged in full" in text
     assert "speedup 1.50× for `c0005-tuner` as the search judged it" in text
     assert "over the 1/2 workloads both passed" in text
-    screened = cb.model_copy(update={"stage": "screen", "latency_ms": {}})
-    assert "no further than its screen stage" in _report(screened)
-    assert "--compile-baseline" in _report(screened)
+    screened = cb.model_copy(update={"stage": "screen", "latency_ms": {}, "screen_score": 1.2})
+    text = _report(screened)
+    assert "no further than its screen stage in this run (1.20× the eager reference" in text
+    assert "--compile-baseline" in text
+    hopeless = screened.model_copy(update={"screen_score": None, "stopped": "hopeless: 2 ms"})
+    assert "its screen stage in this run (stopped: hopeless: 2 ms): no comparison" in _report(
+        hopeless
+    )
     assert "torch.compile" not in _report(None)

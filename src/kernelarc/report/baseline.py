@@ -33,6 +33,10 @@ class CompileBaseline(BaseModel):
     latency_ms: dict[str, float]
     chosen: str
     chosen_latency_ms: dict[str, float]
+    screen_score: float | None = None
+    """Its screening's geomean speedup over the eager reference (None: it did not pass)."""
+    stopped: str | None = None
+    """Why its last stage stopped early (hopeless, failed, out of time), if it did."""
 
     def ratios(self) -> list[float]:
         """Per workload both passed in full: baseline latency / chosen latency."""
@@ -56,10 +60,14 @@ def compile_baseline(store: Store, chosen: str) -> CompileBaseline | None:
     for cand in store.candidates():
         if cand.agent != "compiler" or cand.solution.description != want:
             continue
-        stages = {e.stage for e in store.evaluations(cand.id)}
+        evals = store.evaluations(cand.id)
+        stages = {e.stage for e in evals}
+        screens = [e.result for e in evals if e.stage == "screen"]
         return CompileBaseline(
             candidate=cand.id,
             stage="full" if "full" in stages else ("screen" if stages else "not judged"),
+            screen_score=screens[-1].score if screens else None,
+            stopped=evals[-1].result.stopped_early if evals else None,
             latency_ms=_full_latencies(store, cand.id),
             chosen=chosen,
             chosen_latency_ms=_full_latencies(store, chosen),

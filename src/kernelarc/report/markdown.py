@@ -87,8 +87,14 @@ def _versus_compile(report: RunReport, n: int) -> list[str]:
     what = f"torch.compile's baseline (`torch.compile(run, dynamic=False)`, `{cb.candidate}`)"
     ratios = cb.ratios()
     if not ratios:
+        if cb.stopped:
+            why = f" (stopped: {cb.stopped})"
+        elif cb.stage == "screen" and cb.screen_score is not None:
+            why = f" ({_x(cb.screen_score)} the eager reference there: not promising enough)"
+        else:
+            why = ""
         return [
-            f"{what} was judged no further than its {cb.stage} stage in this run: no "
+            f"{what} was judged no further than its {cb.stage} stage in this run{why}: no "
             "comparison over the workloads (`kernelarc eval PROBLEM -s SOLUTION "
             "--compile-baseline` times it)."
         ]
