@@ -35,6 +35,10 @@ class Proposal(_Frozen):
     """Judging order among proposals ready together (higher first); None: the agent's class
     priority. For an agent whose likeliest win depends on the candidate (see the precision
     agent)."""
+    reference_point: bool = False
+    """Judged with the full protocol whenever its screening passes and time is left, even
+    when it is not promising: a figure users compare the result with (the compiler agent's
+    torch.compile baseline; the report's ``report/baseline.py``)."""
 
 
 class WorkloadResult(_Frozen):

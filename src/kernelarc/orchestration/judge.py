@@ -43,6 +43,10 @@ if TYPE_CHECKING:
     from kernelarc.guard.session import CandidateSession
 
 
+#: The most of the time left a reference point's full stage may take (``Judge._affordable``).
+REFERENCE_POINT_SHARE = 0.5
+
+
 def full_cost_estimate(screen_s: float, n_workloads: int, n_screened: int) -> float:
     """Seconds a full evaluation should take, from one complete screening: each workload as
     long as a screened one. Not scaled up by the full protocol's larger rounds and call
@@ -211,8 +215,11 @@ class Judge:
         mode: Mode,
         solution: Solution,
         incumbents_screen: Sequence[Sequence[WorkloadResult]],
+        always_full: bool = False,
     ) -> list[tuple[str, EvalResult, CandidateResult]]:
-        """Screen, then (if promising) the full protocol. Returns one entry per stage run."""
+        """Screen, then (if promising, or ``always_full``: a reference point users compare
+        with, when it fits the time left) the full protocol. Returns one entry per stage
+        run."""
         first = self.screen_set[0].uuid
         best_first = min(
             (
@@ -244,7 +251,10 @@ class Judge:
                 screened.passed
                 and not self.out_of_time()
                 and len(per) == len(self.screen_set)
-                and self._promising(screened, incumbents_screen)
+                and (
+                    (always_full and self._affordable(res.wall_s))
+                    or self._promising(screened, incumbents_screen)
+                )
             ):
                 full = self._run(
                     solution, self.all, self.config.full, None, session, self.retime_full
@@ -266,6 +276,15 @@ class Judge:
                     )
                 )
             return stages
+
+    def _affordable(self, screen_s: float) -> bool:
+        """A reference point's full stage, by :func:`full_cost_estimate` from its screening,
+        fits in :data:`REFERENCE_POINT_SHARE` of the time left (always, without a limit): it
+        is judged for the report, not to win, so it must not crowd out the search."""
+        if self.time_left is None:
+            return True
+        est = full_cost_estimate(screen_s, len(self.all), len(self.screen_set))
+        return est <= REFERENCE_POINT_SHARE * self.time_left()
 
     def out_of_time(self) -> bool:
         return self.time_left is not None and self.time_left() <= 0

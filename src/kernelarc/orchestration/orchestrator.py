@@ -290,7 +290,7 @@ class Orchestrator:
         with self.sigint.critical():  # the judgement itself stays interruptible
             record = self._record(name, fut)
         if record is not None:
-            self._judge(record)
+            self._judge(record, fut.result().reference_point)
 
     def _record(self, name: str, fut: Future[Any]) -> CandidateRecord | None:
         """The proposal's candidate, stored and written (None when there is nothing to
@@ -347,12 +347,13 @@ class Orchestrator:
             )
         return record
 
-    def _judge(self, record: CandidateRecord) -> None:
+    def _judge(self, record: CandidateRecord, reference_point: bool = False) -> None:
         name = record.agent
         screens = [r["screen"] for r in self.results.values() if "screen" in r]
         stages = self.judge.judge(
-            record.id, name, record.strategy, record.mode, record.solution, screens
-        )
+            record.id, name, record.strategy, record.mode, record.solution, screens,
+            always_full=reference_point,
+        )  # fmt: skip
         with self.sigint.critical():  # the verdict is recorded whole, or Ctrl-C waits
             self._record_verdict(record, stages)
 

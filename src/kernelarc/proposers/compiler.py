@@ -351,6 +351,7 @@ class CompilerAgent(Agent, Rebasing):
             parent_id=parent,
             mode="draft" if draft else "refine",
             tags=("compiler", variant.name),
+            reference_point=variant.name == BASELINE,  # the report compares with it
         )
 
     def rebase(self, proposal: Proposal, context: AgentContext) -> Proposal | None:

@@ -1,0 +1,97 @@
+"""Reference points (``Proposal.reference_point``): judged with the full protocol whenever the
+screening passes and the full stage fits half the time left, promising or not.
+
+Covered, with a real CPU guard and scripted agents (FAKE strategies): the same slower
+candidate is judged in full when proposed as a reference point and only screened when not;
+the time rule (``Judge._affordable``); the compiler agent marks torch.compile's baseline of
+the reference, and nothing else, as one. Not covered: the cost on a GPU under a time limit
+(docs/PERFORMANCE.md when measured).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from data.orchestrator.harness import EXAMPLE, GUARD_CONFIG, rms, run_config, search
+
+from kernelarc.agents.types import AgentContext, Proposal
+from kernelarc.guard.evaluator import Guard
+from kernelarc.orchestration.judge import Judge
+from kernelarc.problem.loader import Problem, load_problem
+from kernelarc.problem.schema import Solution
+from kernelarc.proposers.scripted import ScriptedAgent
+
+#: 5 ms slower on every workload (not a shape winner anywhere); the runs raise the hopeless
+#: factor so that its screening is not stopped.
+SLOW = "True"
+
+
+@pytest.fixture(scope="module")
+def problem() -> Problem:
+    return load_problem(EXAMPLE)
+
+
+@pytest.fixture(scope="module")
+def guard(problem: Problem) -> Iterator[Guard]:
+    with Guard(problem, GUARD_CONFIG) as g:
+        yield g
+
+
+def _after(
+    first: ScriptedAgent, solution: Solution, point: bool
+) -> Callable[[AgentContext], Proposal]:
+    """``solution`` once ``first`` has its verdict (its incumbent then exists)."""
+
+    def step(context: AgentContext) -> Proposal:
+        import time
+
+        deadline = time.monotonic() + 300
+        while not first.results and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return Proposal(solution=solution, hypothesis="slower", reference_point=point)
+
+    return step
+
+
+@pytest.mark.parametrize("point", [True, False])
+def test_a_reference_point_is_judged_in_full_where_the_same_candidate_is_not(
+    guard: Guard, problem: Problem, tmp_path: Path, point: bool
+) -> None:
+    a = ScriptedAgent([rms(f"rp_a{point}")], name="A")
+    slower = rms(f"rp_b{point}", slow=SLOW, sleep_s=0.005)
+    b = ScriptedAgent([_after(a, slower, point)], name="B")
+    run = search(guard, problem, tmp_path, [a, b], budget=2, hopeless_factor=1000.0)
+    (cid,) = run.ids("B")
+    stages = [e.stage for e in run.evaluations if e.candidate_id == cid]
+    screen = [e.result for e in run.evaluations if e.candidate_id == cid][0]
+    assert screen.passed and screen.stopped_early is None, run.describe()
+    assert stages == (["screen", "full"] if point else ["screen"]), run.describe()
+
+
+def test_a_reference_point_takes_at_most_half_the_time_left(guard: Guard, problem: Problem) -> None:
+    left = [100.0]
+    judge = Judge(guard, run_config(problem, ["A"]), {}, time_left=lambda: left[0])
+    assert len(judge.screen_set) == 2 and len(judge.all) == 6  # the estimate: 3x a screening
+    assert judge._affordable(16.0) and not judge._affordable(17.0)
+    left[0] = 10.0
+    assert not judge._affordable(2.0)
+    assert Judge(guard, run_config(problem, ["A"]), {})._affordable(1e9), "no time limit"
+
+
+def test_the_compiler_marks_only_torch_compiles_baseline_of_the_reference(
+    problem: Problem,
+) -> None:
+    from kernelarc.proposers.compiler import BASELINE, CompilerAgent
+
+    agent = CompilerAgent()
+    ctx = AgentContext(
+        problem=problem.definition.name, definition=problem.definition, device="cpu",
+        workloads=tuple(dict(w.axes) for w in problem.workloads),
+        tolerances=tuple(w.tolerance for w in problem.workloads), budget_left=4,
+    )  # fmt: skip
+    first, second = agent.propose(ctx), agent.propose(ctx)
+    assert first is not None and second is not None
+    assert first.reference_point and BASELINE in first.tags
+    assert not second.reference_point and BASELINE not in second.tags
