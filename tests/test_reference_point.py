@@ -55,19 +55,21 @@ def _after(
     return step
 
 
-@pytest.mark.parametrize("point", [True, False])
 def test_a_reference_point_is_judged_in_full_where_the_same_candidate_is_not(
-    guard: Guard, problem: Problem, tmp_path: Path, point: bool
+    guard: Guard, problem: Problem, tmp_path: Path
 ) -> None:
-    a = ScriptedAgent([rms(f"rp_a{point}")], name="A")
-    slower = rms(f"rp_b{point}", slow=SLOW, sleep_s=0.005)
-    b = ScriptedAgent([_after(a, slower, point)], name="B")
-    run = search(guard, problem, tmp_path, [a, b], budget=2, hopeless_factor=1000.0)
-    (cid,) = run.ids("B")
-    stages = [e.stage for e in run.evaluations if e.candidate_id == cid]
-    screen = [e.result for e in run.evaluations if e.candidate_id == cid][0]
-    assert screen.passed and screen.stopped_early is None, run.describe()
-    assert stages == (["screen", "full"] if point else ["screen"]), run.describe()
+    """A fast; then C, slower, an ordinary proposal; then B, as slow, a reference point
+    (each waits for the one before: C is judged while A is the only incumbent, and so is B,
+    C having none)."""
+    a = ScriptedAgent([rms("rp_a")], name="A")
+    c = ScriptedAgent([_after(a, rms("rp_c", slow=SLOW, sleep_s=0.005), False)], name="C")
+    b = ScriptedAgent([_after(c, rms("rp_b", slow=SLOW, sleep_s=0.005), True)], name="B")
+    run = search(guard, problem, tmp_path, [a, b, c], budget=3, hopeless_factor=1000.0)
+    for agent, stages in (("C", ["screen"]), ("B", ["screen", "full"])):
+        (cid,) = run.ids(agent)
+        evals = [e for e in run.evaluations if e.candidate_id == cid]
+        assert evals[0].result.passed and evals[0].result.stopped_early is None, run.describe()
+        assert [e.stage for e in evals] == stages, run.describe()
 
 
 def test_a_reference_point_takes_at_most_half_the_time_left(guard: Guard, problem: Problem) -> None:
