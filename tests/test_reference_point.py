@@ -29,14 +29,11 @@ SLOW = "True"
 
 
 @pytest.fixture(scope="module")
-def problem() -> Problem:
-    return load_problem(EXAMPLE)
-
-
-@pytest.fixture(scope="module")
-def guard(problem: Problem) -> Iterator[Guard]:
-    with Guard(problem, GUARD_CONFIG) as g:
-        yield g
+def judged() -> Iterator[tuple[Problem, Guard]]:
+    """The example problem and one CPU guard for this module."""
+    problem = load_problem(EXAMPLE)
+    with Guard(problem, GUARD_CONFIG) as guard:
+        yield problem, guard
 
 
 def _after(
@@ -56,7 +53,7 @@ def _after(
 
 
 def test_a_reference_point_is_judged_in_full_where_the_same_candidate_is_not(
-    guard: Guard, problem: Problem, tmp_path: Path
+    judged: tuple[Problem, Guard], tmp_path: Path
 ) -> None:
     """A fast; then C, slower, an ordinary proposal; then B, as slow, a reference point
     (each waits for the one before: C is judged while A is the only incumbent, and so is B,
@@ -64,6 +61,7 @@ def test_a_reference_point_is_judged_in_full_where_the_same_candidate_is_not(
     a = ScriptedAgent([rms("rp_a")], name="A")
     c = ScriptedAgent([_after(a, rms("rp_c", slow=SLOW, sleep_s=0.005), False)], name="C")
     b = ScriptedAgent([_after(c, rms("rp_b", slow=SLOW, sleep_s=0.005), True)], name="B")
+    problem, guard = judged
     run = search(guard, problem, tmp_path, [a, b, c], budget=3, hopeless_factor=1000.0)
     for agent, stages in (("C", ["screen"]), ("B", ["screen", "full"])):
         (cid,) = run.ids(agent)
@@ -83,8 +81,9 @@ def test_a_reference_point_takes_at_most_half_the_time_left(guard: Guard, proble
 
 
 def test_the_compiler_marks_only_torch_compiles_baseline_of_the_reference(
-    problem: Problem,
+    judged: tuple[Problem, Guard],
 ) -> None:
+    problem = judged[0]
     from kernelarc.proposers.compiler import BASELINE, CompilerAgent
 
     agent = CompilerAgent()
