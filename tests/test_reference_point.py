@@ -70,7 +70,8 @@ def test_a_reference_point_is_judged_in_full_where_the_same_candidate_is_not(
         assert [e.stage for e in evals] == stages, run.describe()
 
 
-def test_a_reference_point_takes_at_most_half_the_time_left(guard: Guard, problem: Problem) -> None:
+def test_a_reference_point_takes_at_most_half_the_time_left(judged: tuple[Problem, Guard]) -> None:
+    problem, guard = judged
     left = [100.0]
     judge = Judge(guard, run_config(problem, ["A"]), {}, time_left=lambda: left[0])
     assert len(judge.screen_set) == 2 and len(judge.all) == 6  # the estimate: 3x a screening
