@@ -36,9 +36,11 @@ class Proposal(_Frozen):
     priority. For an agent whose likeliest win depends on the candidate (see the precision
     agent)."""
     reference_point: bool = False
-    """Judged with the full protocol whenever its screening passes and time is left, even
-    when it is not promising: a figure users compare the result with (the compiler agent's
-    torch.compile baseline; the report's ``report/baseline.py``)."""
+    """Judged with the full protocol whenever its screening passes and the full stage fits
+    half the time left, even when it is not promising: a figure users compare the result
+    with (the compiler agent's torch.compile baseline; the report's ``report/baseline.py``).
+    Not stored: a candidate in flight when a run died is judged again on resume by the
+    ordinary rule."""
 
 
 class WorkloadResult(_Frozen):
