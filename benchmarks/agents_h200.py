@@ -199,7 +199,6 @@ def spread_order(n: int) -> list[int]:
     if n <= 0:
         return []
     order = [n // 2] + [i for i in (0, n - 1) if i != n // 2]
-    order = list(dict.fromkeys(order))
     while len(order) < n:
         taken = sorted(order)
         gaps = [(b - a, a, b) for a, b in zip(taken, taken[1:], strict=False) if b - a > 1]

@@ -34,11 +34,16 @@ from bench_table import geomean, summarize
 from code_identity import code_content
 
 
-def with_baseline(bench: dict[str, Any], key: str, res: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``bench`` whose row ``key`` has ``res`` as its baseline (and its summary
-    worked out again); the error names the keys there are when ``key`` is not one."""
+def _check_row(bench: dict[str, Any], key: str) -> None:
+    """Exit naming the rows there are when ``key`` is not one."""
     if key not in bench or not isinstance(bench[key], dict):
         sys.exit(f"--key {key}: not a row of --bench (its rows: {', '.join(sorted(bench))})")
+
+
+def with_baseline(bench: dict[str, Any], key: str, res: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``bench`` whose row ``key`` has ``res`` as its baseline (and its summary
+    worked out again)."""
+    _check_row(bench, key)
     row = dict(bench[key])
     row["compile"] = res
     row["compile_measured"] = {
@@ -74,7 +79,7 @@ def main() -> None:
             ap.error(f"--bench {args.bench}: cannot read it: {e}")
         if not isinstance(bench, dict):
             ap.error(f"--bench {args.bench}: not an agents_bench.json (a JSON object by row)")
-        with_baseline(bench, args.key, {})  # a wrong --key fails now, not after the timing
+        _check_row(bench, args.key)  # a wrong --key fails now, not after the timing
     elif args.out is not None:
         ap.error("--out needs --bench and --key (the results it is a copy of)")
     if args.solution is None and args.bench is None:
