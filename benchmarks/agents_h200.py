@@ -12,7 +12,9 @@ bound. torch.compile of the reference (default options, ``dynamic=False``: the g
 baseline) is timed in one more guard session on ``--compile-sample`` workloads spread over
 the input sizes (all by default), as many as ``--compile-budget`` seconds allow: compiling
 per shape is what makes it costly; the table says how many of the run's workloads it
-covers (``compile_baseline.py`` times it again later for a saved solution). Results go to
+covers (``compile_baseline.py`` times it again later for a saved solution). That session is
+left out where the search itself judged the baseline in full on every workload of the run
+(``--compile-session always`` keeps it as a cross-check). Results go to
 ``OUT/agents_bench.json`` after every step (the search, then the baseline), so a truncated
 call keeps what finished. The table's ``in search`` column is the same baseline as the
 search judged it (``search_baseline.py``: all workloads where it reached the full stage, no
@@ -45,7 +47,7 @@ from kernelarc.store.sqlite import SQLiteStore  # noqa: E402
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_table import merge, print_table, summarize  # noqa: E402
 from code_identity import code_content, code_tree_version, code_version  # noqa: E402
-from search_baseline import baseline_in_search  # noqa: E402
+from search_baseline import baseline_in_search, covers_every_workload  # noqa: E402
 
 SIX = {
     "007": "FlashInfer-Bench/007_gemm_n4096_k4096",
@@ -55,6 +57,10 @@ SIX = {
     "Q-001": "Quant/001_fp8_attention_output_projection",
     "L2-025": "L2/025_moe_expert_parallel_execution_backward",
 }
+
+
+#: Why a row has no baseline session (``--compile-session needed``).
+SEARCH_COVERS = "the search judged torch.compile's baseline in full on every workload of the run"
 
 
 def optimize(
@@ -310,6 +316,14 @@ def main() -> None:
         help="seconds for the baseline of each problem: no workload starts that would end "
         "after them (the first always runs); the table says (judged/all)",
     )
+    ap.add_argument(
+        "--compile-session",
+        default="needed",
+        choices=("needed", "always"),
+        help="needed (default): no baseline session where the search judged torch.compile's "
+        "baseline in full on every workload of the run (its 'in search' figure covers them "
+        "all); always: the session in any case (a cross-check)",
+    )
     ap.add_argument("--out", type=Path, default=Path("agents_bench"))
     ap.add_argument("--agents", default=None, help="passed to optimize (default: all)")
     ap.add_argument("--compile-workers", type=int, default=0, help="passed to optimize")
@@ -403,6 +417,8 @@ def main() -> None:
             (args.out / f"best-{key}.json").write_text(best.read_text())
         if late():
             r["compile"] = {"error": "skipped: --deadline passed", "workloads": []}
+        elif args.compile_session == "needed" and covers_every_workload(r["best"]):
+            r["compile"] = {"skipped": SEARCH_COVERS, "workloads": []}
         elif best.exists() and args.compile_sample >= 0:
             try:
                 r["compile"] = compile_baseline(

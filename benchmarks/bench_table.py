@@ -4,7 +4,8 @@ and its geomeans, and the merge of results of split device calls (``--merge``).
 Columns: workloads correct; geomeans over the PASSED workloads of the speedup vs the eager
 reference (the search's final judging), vs torch.compile (the compile baseline's own guard
 session, ``(judged/all)``), vs torch.compile as the search judged it (``in search``:
-``search_baseline.py``), the fraction of the H200 bound (all workloads / those whose bound
+``search_baseline.py``; the geomeans' last line takes, per problem, whichever of the two
+covers every workload of the run), the fraction of the H200 bound (all workloads / those whose bound
 is at least 20 us); the winner; wall and device seconds; the workloads' bound types.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from code_identity import report_versions
-from search_baseline import from_scores, vs_search_baseline
+from search_baseline import covers_every_workload, from_scores, vs_search_baseline
 
 BIG_BOUND_MS = 0.020
 
@@ -43,8 +44,20 @@ def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
     best = r.get("best") or {}
     in_search = vs_search_baseline(best.get("search_compile"))
     vs_search, search_n = geomean(in_search), len(in_search)
-    if "search_compile" not in best and (scored := from_scores(best)):  # an older row
+    scored = None if "search_compile" in best else from_scores(best)  # an older row
+    if scored:
         vs_search, search_n = scored
+    # the issue's figure, over every workload of the run: the search's own where it judged
+    # the baseline in full on all of them, else the baseline session's where it did
+    every = bool(per) and len(ok) == len(per)
+    all_from = (
+        "search"
+        if every and (covers_every_workload(best) or bool(scored and search_n == len(per)))
+        else "session"
+        if every and len(comp) == len(per)
+        else None
+    )
+    vs_all = {"search": vs_search, "session": vs_compile, None: None}[all_from]
     return {
         "problem": name,
         "correct": (f"{len(ok)}/{len(per)}" if per else "no best")
@@ -53,9 +66,12 @@ def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
         "vs_compile": vs_compile,
         "compile_n": len(comp),
         "compile_of": (r.get("compile") or {}).get("of"),
+        "compile_skipped": bool((r.get("compile") or {}).get("skipped")),
         # the search's own judging of the same torch.compile baseline (search_baseline.py)
         "vs_compile_search": vs_search,
         "compile_search_n": search_n,
+        "vs_compile_all": vs_all,
+        "compile_all_from": all_from,
         "frac_bound": frac,
         "frac_bound_big": frac_big,
         "big_n": len(big),
@@ -81,7 +97,11 @@ def print_table(results: dict[str, Any]) -> None:
     )
     for s in rows:
         of = f"/{s['compile_of']}" if s.get("compile_of") else ""
-        comp = f"{f(s['vs_compile'])} ({s['compile_n']}{of})"
+        comp = (
+            "(in search)"
+            if s.get("compile_skipped")
+            else f"{f(s['vs_compile'])} ({s['compile_n']}{of})"
+        )
         searched = f"{f(s.get('vs_compile_search'))} ({s.get('compile_search_n', 0)})"
         print(
             f"{s['problem']:8s} {s['correct']:>8s} {f(s['vs_eager']):>9s} {comp:>11s} "
@@ -96,6 +116,13 @@ def print_table(results: dict[str, Any]) -> None:
         f"{f(geomean([s['frac_bound'] or 0 for s in rows]), True)}; vs compile in search "
         f"{f(geomean([s.get('vs_compile_search') or 0 for s in rows]))} over "
         f"{sum(1 for s in rows if s.get('vs_compile_search'))} problems"
+    )
+    every = [s for s in rows if s.get("vs_compile_all")]
+    print(
+        f"vs compile over every workload of the run (in search, else the baseline session): "
+        f"{f(geomean([s['vs_compile_all'] for s in every]))} over {len(every)}/{len(rows)} "
+        "problems: "
+        + (", ".join(f"{s['problem']} {s['compile_all_from']}" for s in every) or "none")
     )
 
 

@@ -4,9 +4,10 @@ Covered: two result files merged (a later file's problem replaces an earlier one
 unfinished problem is left out with a message), geomeans over the merged rows, and a file
 that is not a result file named in the error, the code version each row was run with (and
 a warning when they differ); the script run end to end on the CPU (the bundled example, a
-search on a subset of its workloads, a compile baseline cut by its budget), then
-``compile_baseline.py`` timing the baseline again from the solution the row keeps; the
-baseline's order of workloads. Not covered: the benchmark's GPU runs.
+search on a subset of its workloads, no baseline session where the search judged the
+baseline on all of them), then ``compile_baseline.py`` timing the baseline in a session of
+its own, cut by its budget, from the solution the row keeps; which of the two gives the
+every-workload figure; the baseline's order of workloads. Not covered: the benchmark's GPU runs.
 """
 
 from __future__ import annotations
@@ -149,16 +150,16 @@ def test_the_benchmark_records_its_commit() -> None:
 @pytest.mark.slow
 def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     """The script itself, as the device calls run it (a dry run on the CPU with the bundled
-    example, a search by the compiler agent on 2 of its 6 workloads, its report, a baseline
-    cut by its budget after the first), then ``compile_baseline.py`` timing the baseline
-    again (one workload) into a copy of the results: a broken script would cost a device
-    call."""
+    example, a search by the compiler agent on 2 of its 6 workloads, its report; no baseline
+    session, since the search judged torch.compile's baseline in full on both), then
+    ``compile_baseline.py`` timing the baseline in a session of its own from the solution the
+    row keeps, cut by its budget after the first workload, into a copy of the results: a
+    broken script would cost a device call."""
     examples = SCRIPT.parents[1] / "src" / "kernelarc" / "examples"
     out = tmp_path / "out"
     cmd = [sys.executable, str(SCRIPT), "--problems", str(examples), "--only", "rmsnorm_h512"]
     cmd += ["--device", "cpu", "--budget", "1", "--agents", "compiler", "--time-limit", "150"]
-    cmd += ["--compile-budget", "1", "--workloads", "0,1", "--out", str(out)]
-    cmd += ["--runs-dir", str(tmp_path / "runs")]
+    cmd += ["--workloads", "0,1", "--out", str(out), "--runs-dir", str(tmp_path / "runs")]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     row = json.loads((out / "agents_bench.json").read_text())["rmsnorm_h512"]
@@ -169,35 +170,61 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     found = row["best"]["search_compile"]
     assert found["candidate"] == "c0001-compiler" and found["stage"] == "full", found
     assert s["compile_search_n"] == 2 and s["vs_compile_search"] > 0
+    assert s["compile_all_from"] == "search" and s["vs_compile_all"] == s["vs_compile_search"]
+    assert row["compile"]["skipped"].startswith("the search judged") and s["compile_skipped"]
+    assert s["compile_n"] == 0 and s["vs_compile"] is None
     report = (tmp_path / "runs" / "run-rmsnorm_h512" / "report.md").read_text()
     assert "Against torch.compile's baseline (`torch.compile(run, dynamic=False)`, " in report
-    assert s["compile_n"] == 1 and s["compile_of"] == 2 and s["vs_eager"] and s["vs_compile"]
-    assert row["compile"]["planned"] == 2 and row["compile"]["stopped"].startswith("budget")
-    assert row["compile"]["phases_s"]["reference_timing"] > 0
-    assert row["compile"]["workloads"][0]["compiled_phases_s"]["calls"] > 0
     assert len(row["best"]["per_workload"]) == 2 and row["optimize"]["exit"] == 0
-    run_uuids = {w["uuid"] for w in row["best"]["per_workload"]}
-    assert [w["uuid"] in run_uuids for w in row["compile"]["workloads"]] == [True]  # of the run's
     assert sum(row["bound_types"].values()) == 2, row["bound_types"]  # the run's workloads
     kept = json.loads((out / "best-rmsnorm_h512.json").read_text())
     assert row["best"]["solution"] == kept and kept["sources"]
     assert any(line.startswith("rmsnorm_h512 2/2 of 6") for line in p.stdout.splitlines())
-    assert "(1/2)" in p.stdout
+    assert "(in search)" in p.stdout and "over 1/1 problems: rmsnorm_h512 search" in p.stdout
 
     again = tmp_path / "again.json"
     cmd = [sys.executable, str(SCRIPT.parent / "compile_baseline.py")]
     cmd += [str(examples / "rmsnorm_h512")]  # the solution: the one the row keeps
     cmd += ["--device", "cpu", "--workloads", "0,1", "--bench", str(out / "agents_bench.json")]
-    cmd += ["--key", "rmsnorm_h512", "--out", str(again), "--sample", "1"]
+    cmd += ["--key", "rmsnorm_h512", "--out", str(again), "--budget", "1"]
     q = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     assert q.returncode == 0, q.stdout[-2000:] + q.stderr[-3000:]
     row2 = json.loads(again.read_text())["rmsnorm_h512"]
-    assert row2["summary"]["compile_n"] == 1 and row2["compile"]["stopped"] is None
-    assert row2["compile"]["planned"] == 1 and row2["compile"]["of"] == 2
+    s2, base = row2["summary"], row2["compile"]
+    assert s2["compile_n"] == 1 and s2["vs_eager"] and s2["vs_compile"]
+    assert base["planned"] == 2 and base["of"] == 2 and base["stopped"].startswith("budget")
+    assert base["phases_s"]["reference_timing"] > 0
+    assert base["workloads"][0]["compiled_phases_s"]["calls"] > 0
+    run_uuids = {w["uuid"] for w in row["best"]["per_workload"]}
+    assert [w["uuid"] in run_uuids for w in base["workloads"]] == [True]  # of the run's
     assert row2["best"] == row["best"] and row2["compile_measured"]["code_content"]
+    assert s2["compile_all_from"] == "search", "the session covers 1 of 2: the search's stands"
     assert "(1/2)" in _run(again).stdout
     refused = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and f"--out {again} exists" in refused.stderr
+
+
+def test_the_every_workload_figure_takes_the_session_only_where_it_covers_the_run() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from bench_table import summarize
+        from search_baseline import covers_every_workload
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    per = [{"uuid": u, "status": "PASSED", "latency_ms": 1.0, "reference_ms": 2.0,
+            "bound_ms": 0.5} for u in "ab"]  # fmt: skip
+    comp = [{**w, "compiled_ms": 4.0} for w in per]
+    row = {"best": {"per_workload": per, "search_compile": None}, "optimize": {"wall_s": 1.0},
+           "compile": {"workloads": comp, "of": 2}}  # fmt: skip
+    assert not covers_every_workload(row["best"]), "no baseline in the search"
+    s = summarize("P", row)
+    assert s["compile_all_from"] == "session" and s["vs_compile_all"] == pytest.approx(4.0)
+    row["compile"]["workloads"] = comp[:1]
+    assert summarize("P", row)["vs_compile_all"] is None, "a session over 1 of 2 workloads"
+    row["compile"]["workloads"] = comp
+    row["best"]["per_workload"] = [per[0], {**per[1], "status": "INCORRECT"}]
+    assert summarize("P", row)["vs_compile_all"] is None, "a workload of the run failed"
+    assert not covers_every_workload(row["best"])
 
 
 def test_the_compile_baseline_takes_workloads_spread_over_the_sizes() -> None:
