@@ -415,10 +415,10 @@ def main() -> None:
         best = run_dir / "best" / "solution.json"
         if best.exists():  # beside agents_bench.json: the device tool returns few levels
             (args.out / f"best-{key}.json").write_text(best.read_text())
-        if late():
+        if args.compile_session == "needed" and covers_every_workload(r["best"]):
+            r["compile"] = {"skipped": SEARCH_COVERS, "workloads": []}  # deadline or not
+        elif late():
             r["compile"] = {"error": "skipped: --deadline passed", "workloads": []}
-        elif args.compile_session == "needed" and covers_every_workload(r["best"]):
-            r["compile"] = {"skipped": SEARCH_COVERS, "workloads": []}
         elif best.exists() and args.compile_sample >= 0:
             try:
                 r["compile"] = compile_baseline(
