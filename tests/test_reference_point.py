@@ -3,9 +3,10 @@ screening passes and the full stage fits half the time left, promising or not.
 
 Covered, with a real CPU guard and scripted agents (FAKE strategies): the same slower
 candidate is judged in full when proposed as a reference point and only screened when not;
-the time rule (``Judge._affordable``); the compiler agent marks torch.compile's baseline of
-the reference, and nothing else, as one. Not covered: the cost on a GPU under a time limit
-(docs/PERFORMANCE.md when measured).
+the time rule (``Judge._affordable``), a compiled one's compiling counted once; the compiler
+agent marks torch.compile's baseline of the reference, and nothing else, as one. Not
+covered: the cost on a GPU under a time limit (docs/PERFORMANCE.md, session 26, compares
+the estimate with the full stages of compiled candidates measured there).
 """
 
 from __future__ import annotations
@@ -79,6 +80,28 @@ def test_a_reference_point_takes_at_most_half_the_time_left(judged: tuple[Proble
     left[0] = 10.0
     assert not judge._affordable(2.0)
     assert Judge(guard, run_config(problem, ["A"]), {})._affordable(1e9), "no time limit"
+
+
+def test_a_compiled_reference_points_compiling_is_counted_once(
+    judged: tuple[Problem, Guard],
+) -> None:
+    from kernelarc.orchestration.judge import compile_once_s, full_cost_estimate
+
+    problem, guard = judged
+    judge = Judge(guard, run_config(problem, ["A"]), {}, time_left=lambda: 100.0)
+    # 2 of 6 screened in 17 s: scaled whole 51 s, over half the time left; with its 14 s of
+    # compiling counted once, 14 + 3 x 3 = 23 s
+    assert full_cost_estimate(17.0, 6, 2, 14.0) == pytest.approx(23.0)
+    assert not judge._affordable(17.0) and judge._affordable(17.0, 14.0)
+    assert full_cost_estimate(17.0, 6, 2, 40.0) == pytest.approx(17.0), "at most the whole"
+    plain = rms("rp_plain")
+    (src,) = [f for f in plain.sources if f.path.endswith(".py")][:1]
+    compiled = plain.model_copy(
+        update={"sources": [src.model_copy(update={"content": src.content + "\n# torch.compile"})]}
+    )
+    phases = {"correctness": 14.0, "timing": 2.0}
+    assert compile_once_s(compiled, phases) == 14.0 and compile_once_s(plain, phases) == 0.0
+    assert compile_once_s(compiled, {}) == 0.0, "no phases recorded: scaled whole"
 
 
 def test_the_compiler_marks_only_torch_compiles_baseline_of_the_reference(
