@@ -7,7 +7,8 @@ a warning when they differ); the script run end to end on the CPU (the bundled e
 search on a subset of its workloads, no baseline session where the search judged the
 baseline on all of them), then ``compile_baseline.py`` timing the baseline in a session of
 its own, cut by its budget, from the solution the row keeps; which of the two gives the
-every-workload figure; the baseline's order of workloads. Not covered: the benchmark's GPU runs.
+every-workload figure; the baseline's order of workloads; ``estimate_check.py`` over the
+kept results. Not covered: the benchmark's GPU runs.
 """
 
 from __future__ import annotations
@@ -271,3 +272,19 @@ def test_the_split_runner_skips_what_the_call_has_no_time_for_and_needs_its_fold
         env={"PATH": "/usr/bin:/bin", "LIMIT": "10"}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert no_out.returncode != 0 and "set OUT" in no_out.stderr
+
+
+def test_the_estimate_check_reads_the_kept_results(tmp_path: Path) -> None:
+    script = SCRIPT.parent / "estimate_check.py"
+    kept = sorted((SCRIPT.parent / "results").glob("2026-12-0*/[0LQ]*.json"))
+    p = subprocess.run(
+        [sys.executable, str(script), *map(str, kept)], capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0, p.stderr
+    whole, once = p.stdout.splitlines()
+    assert whole.startswith("scaled whole: ") and once.startswith("compile once: ")
+    assert whole.split(":")[1].split(",")[0] == once.split(":")[1].split(",")[0]  # same count
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    q = subprocess.run([sys.executable, str(script), str(empty)], capture_output=True, text=True)
+    assert q.returncode != 0 and "no compiled candidate with both stages" in q.stderr
