@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from code_identity import report_versions
-from search_baseline import covers_every_workload, from_scores, vs_search_baseline
+from search_baseline import from_scores, vs_search_baseline
 
 BIG_BOUND_MS = 0.020
 
@@ -52,7 +52,7 @@ def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
     every = bool(per) and len(ok) == len(per)
     all_from = (
         "search"
-        if every and (covers_every_workload(best) or bool(scored and search_n == len(per)))
+        if every and vs_search and search_n == len(per)
         else "session"
         if every and len(comp) == len(per)
         else None

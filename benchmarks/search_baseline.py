@@ -31,16 +31,6 @@ def vs_search_baseline(found: dict[str, Any] | None) -> list[float]:
     return [] if not found else CompileBaseline.model_validate(found).ratios()
 
 
-def covers_every_workload(best: dict[str, Any]) -> bool:
-    """Whether the search judged torch.compile's baseline and the chosen candidate in full on
-    every workload of the run, all PASSED (its ``in search`` figure then is the geomean over
-    all of them, and a separate baseline session adds nothing the issue asks for)."""
-    per = best.get("per_workload") or []
-    if not per or any(w.get("status") != "PASSED" for w in per):
-        return False
-    return len(vs_search_baseline(best.get("search_compile"))) == len(per)
-
-
 def from_scores(best: dict[str, Any]) -> tuple[float, int] | None:
     """For a row without ``search_compile``: (the chosen candidate's full-stage score / the
     baseline's, the run's workloads) from the row's trajectory, where both passed the full

@@ -95,7 +95,7 @@ def test_a_compiled_reference_points_compiling_is_counted_once(
     assert not judge._affordable(17.0) and judge._affordable(17.0, 14.0)
     assert full_cost_estimate(17.0, 6, 2, 40.0) == pytest.approx(17.0), "at most the whole"
     plain = rms("rp_plain")
-    (src,) = [f for f in plain.sources if f.path.endswith(".py")][:1]
+    src = next(f for f in plain.sources if f.path.endswith(".py"))
     compiled = plain.model_copy(
         update={"sources": [src.model_copy(update={"content": src.content + "\n# torch.compile"})]}
     )
