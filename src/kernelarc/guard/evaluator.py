@@ -37,6 +37,7 @@ from kernelarc.guard.isolation import (
     scrubbed_environment,
 )
 from kernelarc.guard.noise import Decision
+from kernelarc.guard.scratch import make_scratch, sweep_stale
 from kernelarc.guard.verdict import Verdict, WorkloadOutcome, make_trace
 from kernelarc.problem.loader import Problem
 from kernelarc.problem.schema import Solution, Trace, Workload
@@ -175,12 +176,15 @@ class Guard:
         self.cache.mkdir(parents=True, exist_ok=True)
         shm = Path("/dev/shm")
         base = str(shm) if shm.is_dir() and shm.stat().st_mode & 0o002 else None
-        self.tmp = Path(tempfile.mkdtemp(prefix="kernelarc-guard-", dir=base))
+        # Folders of guards that were killed before they could close go first (scratch.py).
+        sweep_stale("kernelarc-guard-", base)
+        sweep_stale("kernelarc-refcache-")
+        self.tmp = make_scratch("kernelarc-guard-", base)
         # The reference worker compiles (the torch.compile baseline) with caches of its own,
         # fresh for this guard: candidates write the shared caches, and an entry they plant
         # there must not become the baseline's code. Not under ``tmp``, whose path the
         # candidate's TMPDIR gives away (docs/GUARD.md, "What is not covered").
-        self._ref_cache = Path(tempfile.mkdtemp(prefix="kernelarc-refcache-"))
+        self._ref_cache = make_scratch("kernelarc-refcache-")
         self.isolation: Isolation = probe_isolation(self.config.isolation)
         self._ref: WorkerProcess | None = None
         self._spare: WorkerProcess | None = None
