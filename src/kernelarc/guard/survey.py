@@ -26,7 +26,6 @@ estimate, GPU memory held by other processes.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +41,7 @@ from kernelarc.guard.isolation import (
     probe_isolation,
     scrubbed_environment,
 )
+from kernelarc.guard.scratch import make_scratch, sweep_stale
 from kernelarc.guard.survey_bounds import BoundsHelper
 from kernelarc.problem.loader import Problem
 from kernelarc.problem.schema import Definition, Workload
@@ -388,7 +388,8 @@ def survey(
     if opts.subset is not None:
         want = opts.subset.lower()
         loaded = [p for p in loaded if (p.subset or "").lower() == want]
-    tmp = Path(tempfile.mkdtemp(prefix="kernelarc-survey-"))
+    sweep_stale("kernelarc-survey-")  # folders of surveys that were killed (scratch.py)
+    tmp = make_scratch("kernelarc-survey-")
     workers = _Workers(opts, tmp)
     results: list[ProblemCheck] = []
     try:
