@@ -94,5 +94,8 @@ def test_a_guard_sweeps_stale_folders_and_owns_its_own() -> None:
         own = [guard.tmp, guard._ref_cache]
         for d in own:
             assert (d / OWNER_FILE).read_text().split()[0] == str(os.getpid())
-        assert sweep_stale("kernelarc-guard-", guard.tmp.parent) == []  # alive: kept
+        swept = sweep_stale("kernelarc-guard-", guard.tmp.parent)
+        swept += sweep_stale("kernelarc-refcache-")
+        for d in own:  # their owner is alive: kept
+            assert d not in swept and d.is_dir()
     assert not any(d.exists() for d in own)

@@ -46,9 +46,9 @@ def _pid_namespace() -> str | None:
         return None
 
 
-def owner_line(pid: int | None = None) -> str | None:
-    """``PID START NAMESPACE`` for ``pid`` (this process by default), or None without /proc."""
-    pid = os.getpid() if pid is None else pid
+def owner_line() -> str | None:
+    """``PID START NAMESPACE`` of this process, or None without /proc."""
+    pid = os.getpid()
     start, ns = _start_time(pid), _pid_namespace()
     if start is None or ns is None:
         return None
