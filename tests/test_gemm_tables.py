@@ -4,7 +4,8 @@ Covered on the CPU: parsing, checking and writing TunableOp's CSV format; the ge
 solution (base sources + table + wrapper) validates, builds with the real builder, imports
 and computes what the base computes with TunableOp explicitly off, and passes the real guard
 (the wrapper reads its table beside itself under the sentinel); the tuning subprocess for
-real: a base that hangs is killed at the time limit, a base that fails at import and a
+real: a base that hangs is killed at the time limit and when the process that started it
+exits (its thread cut off), a base that fails at import and a
 machine without CUDA give clear failures carrying stderr; a partial table after a timeout
 is shipped and said so in the conclusion; conclusions on constructed verdicts; the agent
 passes the shipped conformance checks and proposes nothing without CUDA; state round trip
@@ -18,6 +19,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -212,6 +216,72 @@ def test_hanging_base_is_killed_at_the_time_limit(problem: Problem, tmp_path: Pa
     agent = GemmTablesAgent()
     with pytest.raises(TuningFailed, match="gemm-tables on reference: no table; .*ran past"):
         agent.proposal_from_run(_context(problem, agent), base, run)
+
+
+def _tuning_workers(job_path: Path) -> list[int]:
+    """Pids of live tuning subprocesses started on ``job_path``."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(job_path).encode() in cmd and proc.name.isdigit():
+            out.append(int(proc.name))
+    return out
+
+
+def test_the_tuning_ends_with_the_process_that_started_it(problem: Problem, tmp_path: Path) -> None:
+    """The orchestrator's proposal threads are daemons, cut off at interpreter exit: the
+    tuning (a process session of its own) is killed then, not left running on the GPU."""
+    source = "import time\ntime.sleep(600)\n\n\n" + problem.definition.reference
+    job = _job(problem, tmp_path, _base(problem, source).solution)
+    spec = tmp_path / "spec.json"
+    spec.write_text(job.model_dump_json())
+    script = (
+        "import sys, threading, time\n"
+        "from pathlib import Path\n"
+        "from kernelarc.proposers.tunableop_worker import TuningJob, run_tuning\n"
+        "job = TuningJob.model_validate_json(Path(sys.argv[1]).read_text())\n"
+        "work = Path(sys.argv[2])\n"
+        "threading.Thread(target=run_tuning, args=(job, work, 600), daemon=True).start()\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not (work / 'job.json').exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.1)\n"
+        "time.sleep(2)\n"
+        "print('leaving')\n"
+    )
+    work = tmp_path / "work"
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(spec), str(work)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _tuning_workers(work / "job.json") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _tuning_workers(work / "job.json"), "the tuning subprocess never started"
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0 and "leaving" in out, err
+    deadline = time.monotonic() + 10
+    while _tuning_workers(work / "job.json") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _tuning_workers(work / "job.json")
+    for pid in left:  # do not leave it to this test run either
+        os.kill(pid, 9)
+    assert not left, f"tuning subprocess(es) {left} outlived the process that started them"
+
+
+def test_the_tuning_time_is_capped_by_the_time_left_to_the_search(problem: Problem) -> None:
+    agent = GemmTablesAgent(problem, timeout_s=300)
+    assert agent.tuning_timeout(_context(problem, agent)) == 300
+    assert agent.tuning_timeout(_context(problem, agent, time_left_s=42.0)) == 42.0
+    assert agent.tuning_timeout(_context(problem, agent, time_left_s=900.0)) == 300
 
 
 def test_base_failing_at_import_gives_its_stderr(problem: Problem, tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ composition, the reference fallback.
 
 Not covered: CUDA, a search cut by its time limit (the judge's part:
 test_judge_time_limit.py), Ctrl-C, agents
-that raise in ``propose`` or never return, ``--memory`` files across runs.
+that raise in ``propose``, agents that never return (test_executor.py), ``--memory``
+files across runs.
 """
 
 from __future__ import annotations

@@ -153,6 +153,10 @@ class AgentContext(_Frozen):
     board: BoardSnapshot | None = None
     conclusions: tuple[Conclusion, ...] = ()
     budget_left: int
+    time_left_s: float | None = None
+    """Seconds left to the run's search when the agent was asked (None: no time limit). A
+    proposal that takes longer is judged by no one: a proposer whose work runs long (a
+    tuning subprocess) bounds it by this."""
     must_draft: bool = False
     round: int = 0
     seed: int = 0

@@ -147,7 +147,7 @@ class Orchestrator:
                 self.told_s += time.monotonic() - t0
         except KeyboardInterrupt:
             self.interrupted = True
-            self.event("interrupted", {"used": self.used})
+            self.event("interrupted", {"used": self.used, "signal": self.sigint.received})
         finally:
             self.executor.shutdown()
         reason = (
@@ -280,6 +280,7 @@ class Orchestrator:
             if cfg.memory
             else (),
             budget_left=self._budget_left(),
+            time_left_s=None if cfg.time_limit_s is None else max(0.0, self.time_left()),
             must_draft=must_draft,
             round=self.used,
             seed=cfg.seed,

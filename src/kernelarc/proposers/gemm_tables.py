@@ -33,7 +33,9 @@ why the wrapper checks the GPU itself and ignores the table on another GPU.
 When ``propose`` returns None: the device is not CUDA, this torch has no TunableOp (the CPU
 CI case), every base was tried, the base ran without any GEMM reaching TunableOp, or the
 largest workload's inputs would not fit beside the guard's (:func:`fits_beside_guard`; the
-reason is kept in :attr:`GemmTablesAgent.skipped` and logged). When
+reason is kept in :attr:`GemmTablesAgent.skipped` and logged), or the run's search has
+under ``MIN_TUNING_S`` left (``AgentContext.time_left_s``, which also caps the tuning's
+``timeout_s``: a tuning still running when the search ends is judged by no one). When
 tuning fails with nothing tuned (timeout, crash, the base does not load) ``propose`` raises
 :class:`TuningFailed` with the subprocess's stderr (the orchestrator records it and shows
 it as feedback); a timeout after some GEMMs were tuned ships the partial table and says so
@@ -89,6 +91,8 @@ TABLE_FILE = "kernelarc_tunableop.csv"
 WRAPPER_FILE = "kernelarc_gemm_tables.py"
 WRAPPER_ENTRY = "kernelarc_entry"
 DEFAULT_TIMEOUT_S = 300.0
+#: The least tuning time worth starting a tuning for (seconds).
+MIN_TUNING_S = 15.0
 log = logging.getLogger(__name__)
 
 
@@ -329,6 +333,10 @@ class GemmTablesAgent(Agent):
                 log.info("gemm-tables proposes nothing: %s", self.skipped)
         if self.skipped is not None:
             return None
+        timeout_s = self.tuning_timeout(context)
+        if timeout_s < MIN_TUNING_S:
+            log.info("gemm-tables proposes nothing: %.0f s left to the search", timeout_s)
+            return None
         base = self._next_base(context)
         if base is None:
             return None
@@ -346,8 +354,14 @@ class GemmTablesAgent(Agent):
                 table_path=str(work / "table.csv"),
                 live_path=str(work / "live.csv"),
             )
-            run = run_tuning(job, work, self.timeout_s)
+            run = run_tuning(job, work, timeout_s)
         return self.proposal_from_run(context, base, run)
+
+    def tuning_timeout(self, context: AgentContext) -> float:
+        """Seconds the tuning may take: ``timeout_s``, capped by the time left to the search."""
+        if context.time_left_s is None:
+            return self.timeout_s
+        return min(self.timeout_s, context.time_left_s)
 
     def proposal_from_run(
         self, context: AgentContext, base: Base, run: TuningRun

@@ -29,6 +29,8 @@ multi-GPU tuning, offline tuning from recorded untuned files.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import subprocess
@@ -223,12 +225,21 @@ def run_tuning(job: TuningJob, work_dir: Path, timeout_s: float) -> TuningRun:
         start_new_session=True,
     )
     timed_out = False
+    # The calling thread may be cut off at interpreter exit (the orchestrator's proposal
+    # threads are daemons): the tuning, in a session of its own, must not outlive us.
+    at_exit = functools.partial(kill_process_tree, proc.pid)
+    atexit.register(at_exit)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
         kill_process_tree(proc.pid)
         out, err = proc.communicate()
+    except BaseException:  # interrupted: the tuning ends with us
+        kill_process_tree(proc.pid)
+        raise
+    finally:
+        atexit.unregister(at_exit)
     events = []
     for line in out.splitlines():
         if line.startswith("{"):

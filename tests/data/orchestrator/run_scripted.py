@@ -4,7 +4,9 @@ Usage: ``python run_scripted.py SPEC.json``. The spec (written by the test) name
 directory, the run directory, the ``RunConfig`` and ``GuardConfig`` (as JSON), the scripted
 agents (name, strategy, steps as solution JSON files; ``null`` for "nothing more") and an
 optional kill point ``{"event": KIND, "nth": N}``: at the N-th event of that kind this
-process sends itself SIGKILL (no cleanup of any kind, like a crash or an OOM kill).
+process sends itself SIGKILL (no cleanup of any kind, like a crash or an OOM kill). An agent
+with ``"hang": true`` never returns from ``propose`` (a model call or a tuning that does not
+end): it logs that it was asked, then blocks for good.
 
 Every proposal is appended to ``proposals.jsonl`` in the run directory (pid, agent, solution
 name, mode) and fsynced before it is returned, so the test sees what was proposed even when
@@ -19,6 +21,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +40,23 @@ from kernelarc.store.sqlite import SQLiteStore
 class LoggingAgent(ScriptedAgent):
     """A scripted agent that records each proposal durably before handing it over."""
 
-    def __init__(self, steps: list[Step], *, name: str, strategy: str, log: Path) -> None:
+    def __init__(
+        self, steps: list[Step], *, name: str, strategy: str, log: Path, hang: bool = False
+    ) -> None:
         super().__init__(steps, name=name, strategy=strategy)
         self.log = log
+        self.hang = hang
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        with open(self.log, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
     def propose(self, context: AgentContext) -> Proposal | None:
+        if self.hang:
+            self._write({"pid": os.getpid(), "agent": self.name, "hangs": context.time_left_s})
+            threading.Event().wait()
         proposal = super().propose(context)
         entry = {
             "pid": os.getpid(),
@@ -49,10 +64,7 @@ class LoggingAgent(ScriptedAgent):
             "solution": None if proposal is None else proposal.solution.name,
             "mode": None if proposal is None else proposal.mode,
         }
-        with open(self.log, "a") as f:
-            f.write(json.dumps(entry) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        self._write(entry)
         return proposal
 
 
@@ -69,7 +81,11 @@ def main(spec_path: str) -> int:
             None if p is None else Solution.model_validate_json(Path(p).read_text())
             for p in a["steps"]
         ]
-        agents.append(LoggingAgent(steps, name=a["name"], strategy=a["strategy"], log=log))
+        agents.append(
+            LoggingAgent(
+                steps, name=a["name"], strategy=a["strategy"], log=log, hang=a.get("hang", False)
+            )
+        )
     kill: dict[str, Any] | None = spec.get("kill")
     seen: dict[str, int] = {}
 
