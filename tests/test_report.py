@@ -96,10 +96,34 @@ def test_without_matplotlib_the_report_says_there_is_no_picture(
 
 def test_a_run_without_a_solution_says_so(run: Search) -> None:
     data = _read(run)
-    empty = data.model_copy(update={"summary": {**data.summary, "best": None}, "steps": []})
+    none = {"kind": "no_solution", "why": "no candidate passed the full protocol"}
+    empty = data.model_copy(
+        update={"summary": {**data.summary, "best": None}, "steps": [], "notable": [none]}
+    )
     text = render(empty)
     assert "**No solution passed the full protocol.**" in text
     assert "No candidate was judged." in text
+
+
+@pytest.mark.parametrize("stopped", [None, "every agent is done"])
+def test_an_unfinished_run_is_not_called_a_run_without_a_solution(
+    run: Search, stopped: str | None
+) -> None:
+    """A run killed after candidates passed (on the H200, 2026-12-05, a benchmark's own
+    timeout killed one while it confirmed its choice) has no solution yet, but it is not
+    a run where none passed: the report says so and names the best judged so far."""
+    data = _read(run)
+    unfinished = data.model_copy(
+        update={"summary": {**data.summary, "best": None, "stopped": stopped}, "notable": []}
+    )
+    result = render(unfinished).split("## Trajectory")[0]
+    assert "No solution passed" not in result
+    assert "**The run has not finished" in result and "--resume" in result
+    assert ("during its search" in result) == (stopped is None)
+    full = [s for s in data.steps if s.stage == "full" and s.passed and s.score]
+    top = max(full, key=lambda s: s.score or 0.0)
+    assert f"{len(full)} judgement(s) passed the full protocol so far" in result
+    assert f"`{top.candidate_id}` ({top.agent})" in result
 
 
 def test_report_of_a_directory_without_a_run(tmp_path: Path) -> None:

@@ -39,10 +39,36 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
     return out
 
 
+def _no_result(report: RunReport) -> list[str]:
+    """Why there is no handed-over solution: none passed, or the run never got to choose."""
+    if any(e["kind"] == "no_solution" for e in report.notable):
+        return ["**No solution passed the full protocol.** See the trajectory and events below."]
+    stopped = report.summary.get("stopped")
+    when = (
+        "during its search"
+        if stopped is None
+        else f"after its search stopped ({stopped}), while it chose its solution"
+    )
+    lines = [
+        f"**The run has not finished: it is still running, or it was stopped {when} (killed, "
+        "or crashed), so no solution was handed over.** `kernelarc optimize PROBLEM --run-dir "
+        f"{report.run_dir} --resume` finishes it."
+    ]
+    full = [s for s in report.steps if s.stage == "full" and s.passed and s.score]
+    if full:
+        top = max(full, key=lambda s: s.score or 0.0)
+        lines.append(
+            f"{len(full)} judgement(s) passed the full protocol so far; the best, `"
+            f"{top.candidate_id}` ({top.agent}), reads {_x(top.score)} the eager reference "
+            "(not confirmed: a finished run confirms its choice in a new process)."
+        )
+    return lines
+
+
 def _result(report: RunReport) -> list[str]:
     best = report.summary.get("best")
     if not best:
-        return ["**No solution passed the full protocol.** See the trajectory and events below."]
+        return _no_result(report)
     lines = [f"Solution: `{best['path']}` (candidate `{report.best_id}`"]
     if report.best_origin:
         lines[0] += f", the confirmation of `{report.best_origin}` in a new process"
