@@ -1,5 +1,7 @@
 """Ctrl-C during `kernelarc optimize` stops cleanly: the best so far is written, the run's
-status says it was interrupted, and `--resume` continues it to the full budget."""
+status says it was interrupted, and `--resume` continues it to the full budget. SIGTERM
+(`timeout`, a batch scheduler) stops it the same way, at once: no confirmation or
+composition is judged after it."""
 
 from __future__ import annotations
 
@@ -81,6 +83,34 @@ def test_sigint_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
     assert status["evaluated"] >= 3 or status["stopped"] == "every agent is done"
     ids = status["candidate_ids"]
     assert len(ids) == len(set(ids))
+
+
+def test_sigterm_hands_over_the_best_so_far_at_once(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    args = ["optimize", str(EXAMPLE), "--agents", "reference", "--budget", "3"]
+    args += ["--run-dir", str(run), *_seeds(tmp_path), *FAST]
+    proc = subprocess.Popen(_cli(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # wait for the first judged candidate, then SIGTERM
+        seen.append(line)
+        if line.startswith("c0001-") or time.monotonic() > deadline:
+            break
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, "".join(seen) + err
+    status = json.loads(
+        subprocess.run(
+            _cli("status", str(run), "--json"), check=True, capture_output=True, text=True
+        ).stdout
+    )
+    assert status["stopped"] == "interrupted"
+    assert status["best"] and Path(status["best"]["path"]).exists()
+    assert status["confirmations"] == [] and status["composed"] == []
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    stops = [e for e in events if e["kind"] == "interrupted"]
+    assert len(stops) == 1 and stops[0]["signal"] == "SIGTERM", stops
 
 
 def test_memory_file_carries_conclusions_across_runs(tmp_path: Path) -> None:

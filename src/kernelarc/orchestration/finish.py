@@ -12,7 +12,8 @@ The finishers' candidates (``FINISHERS``) cost no budget. Under a time limit the
 keeps time for the composition (``Orchestrator.reserve``), and the composition is skipped,
 with an event, when less is left than its parts' longest judgement
 (``Orchestrator.judging_cost``); the fallback gets what is left and is skipped, with an
-event, when nothing is.
+event, when nothing is. An interrupted run (Ctrl-C, SIGTERM) neither composes nor
+confirms, with an event for each (the fallback, when needed, still judges the reference).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ COMPOSE_MARGIN = 2.0
 """A composition is judged only when the per-workload winners, routed at no cost, would beat
 the best single candidate by more than this many times ``min_gain`` (dispatching does cost:
 on FIB 007's 15 us GEMMs a composition of two near-equal parts read 0.62x of the best)."""
+INTERRUPTED = "the run was interrupted (Ctrl-C or SIGTERM): the search's best is handed over"
+"""Why an interrupted run neither composes nor confirms: it was asked to stop, and each is a
+judgement of its own (``--resume`` finishes the run in full). The reference fallback still
+runs: a run does not hand over what it measured slower than the code it was given."""
 FINISHERS = frozenset({COMPOSER, FALLBACK, CONFIRMER})
 """Agents of the candidates made at the end of a run (not budgeted, not agents of the run)."""
 
@@ -61,7 +66,9 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
         return run_status(store, orch.dir.path)
     best_rec, best_ev = max(passes, key=lambda p: (p[1].result.score or 0.0, -p[0].seq))
     chosen = (best_rec, best_ev)
-    if cfg.compose and len(passes) >= 2 and orch.time_left_total() <= 0:
+    if cfg.compose and len(passes) >= 2 and orch.interrupted:
+        orch.event("compose_skipped", {"why": INTERRUPTED})
+    elif cfg.compose and len(passes) >= 2 and orch.time_left_total() <= 0:
         orch.event("compose_skipped", {"why": "time limit reached"})
     elif cfg.compose and len(passes) >= 2:
         composed = _compose(orch, passes, best_rec, best_ev)
@@ -74,7 +81,9 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
         agent=FALLBACK,
         description="The problem's reference, unchanged: no candidate of the run beat it.",
     )
-    if cfg.confirm and chosen[0].content_hash != reference.content_hash():
+    if cfg.confirm and chosen[0].content_hash != reference.content_hash() and orch.interrupted:
+        orch.event("confirmation_skipped", {"candidate": chosen[0].id, "why": INTERRUPTED})
+    elif cfg.confirm and chosen[0].content_hash != reference.content_hash():
         confirmed = confirm(orch, chosen, passes)
         if confirmed is None:
             orch.event("no_solution", {"why": "every candidate confirmed failed in a new process"})

@@ -1,4 +1,4 @@
-"""Ctrl-C that waits for the write in progress.
+"""Ctrl-C (and SIGTERM) that waits for the write in progress.
 
 Python raises ``KeyboardInterrupt`` wherever the main thread happens to be. Inside a write
 of the run's records that is harmful: pydantic's serializer turns it into a
@@ -10,9 +10,11 @@ interruptible) and, inside one, when the outermost section ends normally. A sect
 an exception keeps the interrupt pending; :meth:`DeferredInterrupt.check` raises it at the
 next safe point.
 
-Not covered: other signals (SIGTERM kills the process as before; the store's SQLite
-transactions keep it consistent), and threads other than the main one (signal handlers run
-there only; agent threads never write the run's records).
+SIGTERM (``timeout``, a batch scheduler's notice, ``kill``) is taken as a Ctrl-C: the
+search stops and the best judged so far is handed over, where it used to kill the run with
+nothing handed over. Not covered: SIGKILL and other signals (the store's SQLite
+transactions keep the run consistent for ``--resume``), and threads other than the main
+one (signal handlers run there only; agent threads never write the run's records).
 """
 
 from __future__ import annotations
@@ -24,31 +26,36 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+#: The signals taken as a request to stop the search.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 class DeferredInterrupt:
     def __init__(self) -> None:
         self.depth = 0
         self.pending = False
-        self._previous: Any = None
-        self._installed = False
+        self.received: str | None = None
+        """The name of the last stop signal received (``SIGINT``, ``SIGTERM``)."""
+        self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
-        """Take over SIGINT (main thread only; elsewhere nothing changes). Where SIGINT is
-        ignored (a job started in the background by a shell: ``kernelarc optimize ... &``
-        in a script) it stays ignored, as a Ctrl-C at that terminal is not meant for it."""
-        if threading.current_thread() is not threading.main_thread() or self._installed:
+        """Take over SIGINT and SIGTERM (main thread only; elsewhere nothing changes). A
+        signal that is ignored stays ignored: a job started in the background by a shell
+        (``kernelarc optimize ... &`` in a script) ignores SIGINT, as a Ctrl-C at that
+        terminal is not meant for it."""
+        if threading.current_thread() is not threading.main_thread() or self._previous:
             return
-        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            return
-        self._previous = signal.signal(signal.SIGINT, self._handler)
-        self._installed = True
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                self._previous[sig] = signal.signal(sig, self._handler)
 
     def uninstall(self) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
-            self._installed = False
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signal.Signals(signum).name
         if self.depth:
             self.pending = True
             return
