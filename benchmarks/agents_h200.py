@@ -20,9 +20,10 @@ call keeps what finished. The table's ``in search`` column is the same baseline 
 search judged it (``search_baseline.py``: all workloads where it reached the full stage, no
 device time of its own). "device s" is the time the guard spent judging candidates on the
 device plus the compile baseline's session. ``--deadline S`` (seconds from the start) skips
-the baseline and the problems that would start after it. Prints a short table last
-(``bench_table.py``); ``--merge`` prints one table (and geomeans) over the results of
-several calls, when the benchmark is split over device calls.
+the baseline and the problems that would start after it. SIGTERM stops the search in
+progress (it hands over its best so far), saves its row and starts nothing more. Prints a
+short table last (``bench_table.py``); ``--merge`` prints one table (and geomeans) over the
+results of several calls, when the benchmark is split over device calls.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -63,6 +65,22 @@ SIX = {
 SEARCH_COVERS = "the search judged torch.compile's baseline in full on every workload of the run"
 
 
+class Stop:
+    """SIGTERM (``split_calls.sh``'s ``timeout``): the search in progress is told to stop
+    (``kernelarc optimize`` then hands over its best so far), its row is saved, and no
+    baseline session or further problem starts. The signal is passed on to the search, so a
+    SIGTERM to this script alone stops it too."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self.child: subprocess.Popen[str] | None = None
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.asked = True
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signal.SIGTERM)
+
+
 def optimize(
     problem_dir: Path,
     run_dir: Path,
@@ -73,6 +91,7 @@ def optimize(
     compile_workers: int = 0,
     workloads: str | None = None,
     cupti: str = "auto",
+    stop: Stop | None = None,
 ) -> dict[str, Any]:
     cmd = [
         sys.executable,
@@ -96,19 +115,30 @@ def optimize(
         cupti,
     ]
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy()
+    ) as proc:
+        if stop is not None:
+            stop.child = proc
+            if stop.asked:  # the signal came before the search started
+                proc.send_signal(signal.SIGTERM)
+        try:
+            stdout, stderr = proc.communicate()
+        finally:
+            if stop is not None:
+                stop.child = None
     wall = time.monotonic() - t0
     run_dir.mkdir(parents=True, exist_ok=True)  # absent when optimize failed at once
-    (run_dir / "optimize.stderr.log").write_text(proc.stderr)
+    (run_dir / "optimize.stderr.log").write_text(stderr)
     try:
-        status = json.loads(proc.stdout)
+        status = json.loads(stdout)
     except json.JSONDecodeError:
         status = {"error": f"exit {proc.returncode}"}
     return {
         "wall_s": wall,
         "exit": proc.returncode,
         "status": status,
-        "stderr_tail": proc.stderr[-3000:],
+        "stderr_tail": stderr[-3000:],
     }
 
 
@@ -355,8 +385,12 @@ def main() -> None:
     if args.problems is None:
         ap.error("--problems is required (or --merge FILE...)")
     t_start = time.monotonic()
+    stop = Stop()
+    signal.signal(signal.SIGTERM, stop)
 
     def late() -> bool:
+        if stop.asked:
+            return True
         return args.deadline is not None and time.monotonic() - t_start > args.deadline
 
     def save() -> None:
@@ -366,7 +400,10 @@ def main() -> None:
     results: dict[str, Any] = {}
     for key in args.only.split(","):
         if late():
-            print(f"{key}: not started, --deadline passed", flush=True)
+            print(
+                f"{key}: not started, {'SIGTERM' if stop.asked else '--deadline passed'}",
+                flush=True,
+            )
             continue
         problem_dir = args.problems / SIX.get(key, key)
         # shallow: the device tool returns few levels
@@ -391,7 +428,9 @@ def main() -> None:
             args.compile_workers,
             args.workloads,
             args.cupti,
+            stop,
         )
+        r["sigterm"] = stop.asked  # the search was stopped early: its row is partial
         r["cupti"] = args.cupti
         r["compile_workers"] = args.compile_workers
         r["workloads"] = args.workloads
@@ -419,7 +458,8 @@ def main() -> None:
         if args.compile_session == "needed" and summarize(key, r)["compile_all_from"] == "search":
             r["compile"] = {"skipped": SEARCH_COVERS, "workloads": []}  # deadline or not
         elif late():
-            r["compile"] = {"error": "skipped: --deadline passed", "workloads": []}
+            why = "SIGTERM" if stop.asked else "--deadline passed"
+            r["compile"] = {"error": f"skipped: {why}", "workloads": []}
         elif best.exists() and args.compile_sample >= 0:
             try:
                 r["compile"] = compile_baseline(

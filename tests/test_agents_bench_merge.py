@@ -7,15 +7,18 @@ a warning when they differ); the script run end to end on the CPU (the bundled e
 search on a subset of its workloads, no baseline session where the search judged the
 baseline on all of them), then ``compile_baseline.py`` timing the baseline in a session of
 its own, cut by its budget, from the solution the row keeps; which of the two gives the
-every-workload figure; the baseline's order of workloads; ``estimate_check.py`` over the
+every-workload figure; the baseline's order of workloads; SIGTERM stopping the search and
+keeping its row; ``estimate_check.py`` over the
 kept results. Not covered: the benchmark's GPU runs.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +208,42 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert "(1/2)" in _run(again).stdout
     refused = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and f"--out {again} exists" in refused.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_search_and_keeps_its_row(tmp_path: Path) -> None:
+    """SIGTERM to the script (``split_calls.sh``'s ``timeout``) once the search has judged a
+    candidate: the search is told to stop and hands over its best, the row is saved, no
+    baseline session and no further problem start (on the H200 a killed script lost FIB
+    007's whole row)."""
+    examples = SCRIPT.parents[1] / "src" / "kernelarc" / "examples"
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    cmd = [sys.executable, str(SCRIPT), "--problems", str(examples)]
+    cmd += ["--only", "rmsnorm_h512,gemm_small", "--device", "cpu", "--budget", "4"]
+    cmd += ["--agents", "reference,compiler", "--time-limit", "300", "--out", str(out)]
+    cmd += ["--runs-dir", str(runs)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    events = runs / "run-rmsnorm_h512" / "events.jsonl"
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if events.exists() and '"kind": "evaluated"' in events.read_text():
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the search ended before it could be stopped"
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    results = json.loads((out / "agents_bench.json").read_text())
+    assert list(results) == ["rmsnorm_h512"] and "gemm_small: not started, SIGTERM" in stdout
+    row = results["rmsnorm_h512"]
+    assert row["sigterm"] and row["optimize"]["status"]["stopped"] == "interrupted", row
+    assert row["optimize"]["exit"] == 0 and row["best"]["per_workload"]
+    assert (out / "best-rmsnorm_h512.json").is_file()
+    assert row["compile"].get("skipped") or row["compile"]["error"] == "skipped: SIGTERM"
 
 
 def test_the_every_workload_figure_takes_the_session_only_where_it_covers_the_run() -> None:
