@@ -11,7 +11,8 @@
 # the time left minus this, minus 5);
 # MIN_START the fewest seconds left to start it at all; EXTRA more agents_h200.py options,
 # '+' standing for spaces (e.g. --workloads+3,8+--cupti+off). Each problem writes
-# $OUT/ID/agents_bench.json and a report; the merged table is printed last.
+# $OUT/ID/agents_bench.json and a report; the merged table is printed last. A problem still
+# running 45 s before the call's end gets SIGTERM: its search stops and its row is kept.
 set -u
 : "${LIMIT:?set LIMIT to the seconds this call may take}"
 : "${OUT:?set OUT to the folder the results go to (the device tool sets it)}"
@@ -26,7 +27,9 @@ for spec in "$@"; do
   dl=$(( left - cest - 5 ))
   echo "== $id: $left s left, deadline $dl"
   t=$(date +%s)
-  timeout $(( left - 2 )) python3 benchmarks/agents_h200.py --problems "$PROBLEMS" --only "$id" \
+  # SIGTERM 45 s before the call's end stops the search and keeps its row; SIGKILL 20 s
+  # later if it has not exited; the report gets the last 20 s
+  timeout -k 20 $(( left - 45 )) python3 benchmarks/agents_h200.py --problems "$PROBLEMS" --only "$id" \
     --budget 16 --time-limit 240 --compile-sample "$cs" --compile-budget "$cest" \
     --deadline "$dl" --out "$OUT/$id" --runs-dir /tmp/r ${extra//+/ }
   echo "== $id: rc $? in $(( $(date +%s) - t )) s"

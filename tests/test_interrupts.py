@@ -38,13 +38,39 @@ def test_an_interrupt_waits_for_the_critical_section() -> None:
                 done.append("inner")
             done.append("outer")
         assert done == ["inner", "outer"], "the section ran to its end first"
+    finally:
+        guard.uninstall()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    fresh = DeferredInterrupt()
+    fresh.install()
+    try:
         with pytest.raises(KeyboardInterrupt):
             _press_ctrl_c()  # outside a section: at once
             for _ in range(1000):
                 pass
     finally:
+        fresh.uninstall()
+
+
+def test_only_the_first_stop_signal_interrupts() -> None:
+    """``timeout`` sends SIGTERM to its whole process group and a benchmark script passes
+    it on to its search: the second signal must not cut the run's orderly stop."""
+    inherited = signal.getsignal(signal.SIGTERM)
+    guard = DeferredInterrupt()
+    guard.install()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                pass
+        os.kill(os.getpid(), signal.SIGTERM)
+        _press_ctrl_c()
+        for _ in range(1000):
+            pass
+        assert (guard.received, guard.count, guard.pending) == ("SIGTERM", 3, False)
+    finally:
         guard.uninstall()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) is inherited
 
 
 def test_a_section_left_by_an_error_keeps_the_interrupt_for_the_next_check() -> None:

@@ -12,7 +12,9 @@ next safe point.
 
 SIGTERM (``timeout``, a batch scheduler's notice, ``kill``) is taken as a Ctrl-C: the
 search stops and the best judged so far is handed over, where it used to kill the run with
-nothing handed over. Not covered: SIGKILL and other signals (the store's SQLite
+nothing handed over. Only the first stop signal interrupts; later ones are counted and
+ignored while the run stops (SIGKILL still ends it at once; ``--resume`` continues it). Not
+covered: SIGKILL and other signals (the store's SQLite
 transactions keep the run consistent for ``--resume``), and threads other than the main
 one (signal handlers run there only; agent threads never write the run's records).
 """
@@ -35,7 +37,10 @@ class DeferredInterrupt:
         self.depth = 0
         self.pending = False
         self.received: str | None = None
-        """The name of the last stop signal received (``SIGINT``, ``SIGTERM``)."""
+        """The name of the first stop signal received (``SIGINT``, ``SIGTERM``)."""
+        self.count = 0
+        """Stop signals received; only the first interrupts (the run is stopping already:
+        ``timeout`` signals a whole process group, and a script may pass the signal on)."""
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -55,6 +60,9 @@ class DeferredInterrupt:
         self._previous = {}
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+        if self.count > 1:
+            return
         self.received = signal.Signals(signum).name
         if self.depth:
             self.pending = True
