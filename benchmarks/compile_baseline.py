@@ -15,6 +15,11 @@ replaces the row's ``compile`` part in a copy written there (never over an exist
 summary worked out again and ``compile_measured`` saying which code timed it when:
 ``agents_h200.py --merge`` then prints the table with this baseline. The row's search and
 the baseline are then two runs; each ratio is still measured in one guard session.
+
+``--extend`` times only the run's workloads the row's baseline does not yet cover (passed)
+and adds them to it, so that several device calls cover a problem whose baseline is too
+slow for one (``sessions`` lists each session's workloads, time and stop reason). Each
+workload's ratio is still measured in one guard session; the geomean then spans sessions.
 """
 
 from __future__ import annotations
@@ -54,6 +59,45 @@ def with_baseline(bench: dict[str, Any], key: str, res: dict[str, Any]) -> dict[
     return {**bench, key: row}
 
 
+def passed(workloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The baseline's workloads that give a ratio (both sides timed, passed)."""
+    return [
+        w
+        for w in workloads
+        if w["status"] == "PASSED" and w["latency_ms"] and w["compiled_ms"] and w["reference_ms"]
+    ]
+
+
+def to_extend(problem: Path, row: dict[str, Any]) -> tuple[list[str], int]:
+    """The uuids of the run's workloads that ``row``'s baseline does not cover yet, and how
+    many workloads the run has."""
+    from kernelarc.problem.loader import load_problem
+
+    loaded = load_problem(problem)
+    pool = loaded.select([row["workloads"]]) if row.get("workloads") else loaded.workloads
+    done = {w["uuid"] for w in passed((row.get("compile") or {}).get("workloads", []))}
+    return [w.uuid for w in pool if w.uuid not in done], len(pool)
+
+
+def extended(old: dict[str, Any], new: dict[str, Any], total: int) -> dict[str, Any]:
+    """``old``'s passed workloads and ``new``'s as one baseline over ``total`` workloads."""
+    kept = passed(old.get("workloads", []))
+
+    def session(part: dict[str, Any], n: int) -> list[dict[str, Any]]:
+        if "sessions" in part:
+            return list(part["sessions"])
+        return [{"workloads": n, "wall_s": part.get("wall_s"), "stopped": part.get("stopped")}]
+
+    return {
+        **new,
+        "wall_s": float(old.get("wall_s") or 0.0) + new["wall_s"],
+        "workloads": kept + new["workloads"],
+        "planned": len(kept) + new["planned"],
+        "of": total,
+        "sessions": session(old, len(kept)) + session(new, len(new["workloads"])),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("problem", type=Path)
@@ -66,7 +110,14 @@ def main() -> None:
     ap.add_argument("--bench", type=Path, default=None, help="an agents_bench.json")
     ap.add_argument("--key", default=None, help="the row of --bench (e.g. 002)")
     ap.add_argument("--out", type=Path, default=None, help="the updated copy of --bench")
+    ap.add_argument(
+        "--extend",
+        action="store_true",
+        help="time only the workloads the row's baseline does not cover and add them to it",
+    )
     args = ap.parse_args()
+    if args.extend and (args.out is None or args.workloads is not None):
+        ap.error("--extend needs --bench, --key and --out, and chooses the workloads itself")
     bench: dict[str, Any] = {}
     if args.bench is not None:
         if args.key is None:
@@ -92,22 +143,28 @@ def main() -> None:
                 "no SOLUTION.json given and the --bench row keeps no solution (rows written "
                 f"before it kept them, or the run handed none over): {kept!r:.200}"
             )
+    workloads, old, total = args.workloads, None, 0
+    if args.extend:
+        old = bench[args.key].get("compile") or {}
+        left, total = to_extend(args.problem, bench[args.key])
+        if not left:
+            sys.exit(f"--extend: the row's baseline covers all {total} workloads already")
+        workloads = ",".join(left)
+        print(f"--extend: {len(left)} of {total} workloads to time", flush=True)
     with tempfile.TemporaryDirectory(prefix="kernelarc-baseline-") as tmp:
         solution = args.solution or Path(tmp) / "solution.json"
         if kept is not None:
             solution.write_text(json.dumps(kept))
         res = compile_baseline(
-            args.problem, solution, args.sample, args.device, args.workloads, args.cupti,
+            args.problem, solution, args.sample, args.device, workloads, args.cupti,
             args.budget,
         )  # fmt: skip
     print(json.dumps(res, indent=1, default=str))
+    if old is not None:
+        res = extended(old, res, total)
     if args.out is not None:
         args.out.write_text(json.dumps(with_baseline(bench, args.key, res), indent=1))
-    ok = [
-        w
-        for w in res["workloads"]
-        if w["status"] == "PASSED" and w["latency_ms"] and w["compiled_ms"] and w["reference_ms"]
-    ]
+    ok = passed(res["workloads"])
     print(
         f"\n{'ours ms':>10s} {'eager ms':>10s} {'compile ms':>11s} "
         f"{'vs eager':>9s} {'vs compile':>11s}"

@@ -6,7 +6,8 @@ that is not a result file named in the error, the code version each row was run 
 a warning when they differ); the script run end to end on the CPU (the bundled example, a
 search on a subset of its workloads, no baseline session where the search judged the
 baseline on all of them), then ``compile_baseline.py`` timing the baseline in a session of
-its own, cut by its budget, from the solution the row keeps; which of the two gives the
+its own, cut by its budget, from the solution the row keeps, and ``--extend`` adding the
+workload it did not reach; which of the two gives the
 every-workload figure; the baseline's order of workloads; SIGTERM stopping the search and
 keeping its row; ``estimate_check.py`` over the
 kept results. Not covered: the benchmark's GPU runs.
@@ -208,6 +209,29 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert "(1/2)" in _run(again).stdout
     refused = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and f"--out {again} exists" in refused.stderr
+
+    # a second session times the workload the first did not reach, and adds it
+    more = tmp_path / "more.json"
+    cmd = [
+        sys.executable,
+        str(SCRIPT.parent / "compile_baseline.py"),
+        str(examples / "rmsnorm_h512"),
+    ]
+    cmd += ["--device", "cpu", "--bench", str(again), "--key", "rmsnorm_h512", "--out", str(more)]
+    e = subprocess.run([*cmd, "--extend"], capture_output=True, text=True, timeout=400)
+    assert e.returncode == 0, e.stdout[-2000:] + e.stderr[-3000:]
+    assert "--extend: 1 of 2 workloads to time" in e.stdout
+    row3 = json.loads(more.read_text())["rmsnorm_h512"]
+    base3 = row3["compile"]
+    assert [w["uuid"] for w in base3["workloads"]][:1] == [base["workloads"][0]["uuid"]]
+    assert sorted(w["uuid"] for w in base3["workloads"]) == sorted(run_uuids)
+    assert base3["of"] == 2 and [x["workloads"] for x in base3["sessions"]] == [1, 1]
+    assert row3["summary"]["compile_n"] == 2 and "(2/2)" in _run(more).stdout
+    done = tmp_path / "done.json"
+    cmd = [*cmd[:-5], str(more), "--key", "rmsnorm_h512", "--out", str(done), "--extend"]
+    f = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert f.returncode != 0 and "covers all 2 workloads already" in f.stderr
+    assert not done.exists()
 
 
 @pytest.mark.slow
