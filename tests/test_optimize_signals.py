@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
 FAST = ["--device", "cpu", "--full-iterations", "5", "--full-warmup", "1"]
@@ -43,7 +44,12 @@ def _seeds(tmp_path: Path) -> list[str]:
     return args
 
 
-def test_sigint_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
+def _stopped_after_the_first_candidate(
+    tmp_path: Path, sig: signal.Signals
+) -> tuple[dict[str, Any], list[str]]:
+    """Start `kernelarc optimize` (budget 3), send ``sig`` once it has judged its first
+    candidate, check it exited cleanly; `kernelarc status --json` of its run, and the
+    optimize arguments."""
     run = tmp_path / "run"
     args = ["optimize", str(EXAMPLE), "--agents", "reference", "--budget", "3"]
     args += ["--run-dir", str(run), *_seeds(tmp_path), *FAST]
@@ -57,27 +63,35 @@ def test_sigint_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
     deadline = time.monotonic() + 240
     assert proc.stderr is not None
     seen = []
-    for line in proc.stderr:  # wait for the first judged candidate, then press Ctrl-C
+    for line in proc.stderr:  # wait for the first judged candidate, then signal
         seen.append(line)
         if line.startswith("c0001-") or time.monotonic() > deadline:
             break
-    os.kill(proc.pid, signal.SIGINT)
+    os.kill(proc.pid, sig)
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, "".join(seen) + err
-    status = json.loads(
+    status: dict[str, Any] = json.loads(
         subprocess.run(
             _cli("status", str(run), "--json"), check=True, capture_output=True, text=True
         ).stdout
     )
     assert status["stopped"] == "interrupted"
     assert status["best"] and Path(status["best"]["path"]).exists()
+    return status, args
+
+
+def test_sigint_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
+    status, args = _stopped_after_the_first_candidate(tmp_path, signal.SIGINT)
     assert 1 <= status["evaluated"] < 3
 
     done = subprocess.run(_cli(*args, "--resume"), capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr
     status = json.loads(
         subprocess.run(
-            _cli("status", str(run), "--json"), check=True, capture_output=True, text=True
+            _cli("status", str(tmp_path / "run"), "--json"),
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout
     )
     assert status["evaluated"] >= 3 or status["stopped"] == "every agent is done"
@@ -86,30 +100,10 @@ def test_sigint_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
 
 
 def test_sigterm_hands_over_the_best_so_far_at_once(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    args = ["optimize", str(EXAMPLE), "--agents", "reference", "--budget", "3"]
-    args += ["--run-dir", str(run), *_seeds(tmp_path), *FAST]
-    proc = subprocess.Popen(_cli(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 240
-    assert proc.stderr is not None
-    seen = []
-    for line in proc.stderr:  # wait for the first judged candidate, then SIGTERM
-        seen.append(line)
-        if line.startswith("c0001-") or time.monotonic() > deadline:
-            break
-    os.kill(proc.pid, signal.SIGTERM)
-    out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 0, "".join(seen) + err
-    status = json.loads(
-        subprocess.run(
-            _cli("status", str(run), "--json"), check=True, capture_output=True, text=True
-        ).stdout
-    )
-    assert status["stopped"] == "interrupted"
-    assert status["best"] and Path(status["best"]["path"]).exists()
+    status, _ = _stopped_after_the_first_candidate(tmp_path, signal.SIGTERM)
     assert status["confirmations"] == [] and status["composed"] == []
-    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
-    stops = [e for e in events if e["kind"] == "interrupted"]
+    events = (tmp_path / "run" / "events.jsonl").read_text().splitlines()
+    stops = [e for e in map(json.loads, events) if e["kind"] == "interrupted"]
     assert len(stops) == 1 and stops[0]["signal"] == "SIGTERM", stops
 
 
