@@ -118,7 +118,10 @@ def test_an_unfinished_run_is_not_called_a_run_without_a_solution(
     )
     result = render(unfinished).split("## Trajectory")[0]
     assert "No solution passed" not in result
-    assert "**The run has not finished" in result and "--resume" in result
+    assert "**The run has not finished" in result
+    assert (
+        f"`kernelarc optimize {data.config['problem']} --run-dir {data.run_dir} --resume`" in result
+    )
     assert ("during its search" in result) == (stopped is None)
     full = [s for s in data.steps if s.stage == "full" and s.passed and s.score]
     top = max(full, key=lambda s: s.score or 0.0)

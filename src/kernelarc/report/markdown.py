@@ -1,7 +1,8 @@
 """A run's report as Markdown: the result, the trajectory, the lessons learned.
 
 Covered: the handed-over solution and its per-workload results (latency, eager reference,
-speedup, fraction of the roofline bound where the run had one), its speedup over
+speedup, fraction of the roofline bound where the run had one) or why there is none (none
+passed, or the run has not finished: then the best judged so far), its speedup over
 torch.compile's baseline where the run judged that in full, each judged candidate in
 order, the conclusions grouped by agent, and the notable events. The text is built from a
 :class:`~kernelarc.report.trajectory.RunReport` only, so it can be tested without a run.
@@ -51,8 +52,9 @@ def _no_result(report: RunReport) -> list[str]:
     )
     lines = [
         f"**The run has not finished: it is still running, or it was stopped {when} (killed, "
-        "or crashed), so no solution was handed over.** `kernelarc optimize PROBLEM --run-dir "
-        f"{report.run_dir} --resume` finishes it."
+        "or crashed), so no solution was handed over.** `kernelarc optimize "
+        f"{report.config.get('problem') or 'PROBLEM'} --run-dir {report.run_dir} --resume` "
+        "finishes it."
     ]
     full = [s for s in report.steps if s.stage == "full" and s.passed and s.score]
     if full:
