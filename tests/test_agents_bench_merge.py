@@ -16,6 +16,7 @@ kept results. Not covered: the benchmark's GPU runs.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -325,7 +326,8 @@ def test_the_split_runner_skips_what_the_call_has_no_time_for_and_needs_its_fold
         cwd=SCRIPT.parents[1], env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "== 007: skipped, 10 s left < 200" in out.stdout
+    # 10 s less what hashing the sources took (a second or two on a loaded machine)
+    assert re.search(r"^== 007: skipped, ([89]|10) s left < 200$", out.stdout, re.M), out.stdout
     assert "== L2-025: skipped" in out.stdout and not any(tmp_path.iterdir())
     no_out = subprocess.run(
         ["bash", str(runner), "007:1:30:200"], cwd=SCRIPT.parents[1],
