@@ -81,9 +81,10 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
         agent=FALLBACK,
         description="The problem's reference, unchanged: no candidate of the run beat it.",
     )
-    if cfg.confirm and chosen[0].content_hash != reference.content_hash() and orch.interrupted:
+    confirmable = cfg.confirm and chosen[0].content_hash != reference.content_hash()
+    if confirmable and orch.interrupted:
         orch.event("confirmation_skipped", {"candidate": chosen[0].id, "why": INTERRUPTED})
-    elif cfg.confirm and chosen[0].content_hash != reference.content_hash():
+    elif confirmable:
         confirmed = confirm(orch, chosen, passes)
         if confirmed is None:
             orch.event("no_solution", {"why": "every candidate confirmed failed in a new process"})
