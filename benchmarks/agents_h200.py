@@ -47,7 +47,7 @@ from kernelarc.problem.loader import load_problem, load_solution  # noqa: E402
 from kernelarc.store.sqlite import SQLiteStore  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_table import merge, print_table, summarize  # noqa: E402
+from bench_table import device_name, merge, print_table, summarize  # noqa: E402
 from code_identity import code_content, code_tree_version, code_version  # noqa: E402
 from search_baseline import baseline_in_search  # noqa: E402
 
@@ -304,14 +304,15 @@ def bound_types(
     problem_dir: Path, workloads: str | None = None, gpu: bool = False
 ) -> dict[str, int]:
     """How many workloads (the run's ``--workloads`` when given) are compute- or
-    memory-bound on the H200 profile (``n/c``: the reference could not be counted; with
+    memory-bound on the profile of the card timing it (``gpu``; the H200's without:
+    a dry run on the CPU) (``n/c``: the reference could not be counted; with
     ``gpu``, references that need real tensors are counted on the GPU, in a child process)."""
     from kernelarc.roofline.flops import count_workload
     from kernelarc.roofline.profiles import get_profile
     from kernelarc.roofline.score import t_sol_ms
 
     problem = load_problem(problem_dir)
-    profile = get_profile("H200")
+    profile = get_profile("local-cuda" if gpu else "H200")
     kinds: dict[str, int] = {}
     for wl in problem.select([workloads]) if workloads else problem.workloads:
         cost = count_workload(problem.definition, wl, gpu_fallback=gpu)
@@ -417,6 +418,7 @@ def main() -> None:
             "code": code_version(),
             "code_tree": code_tree_version(),
             "code_content": code_content(),
+            "gpu": device_name(args.device),
         }
         r["optimize"] = optimize(
             problem_dir,

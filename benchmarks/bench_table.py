@@ -23,6 +23,16 @@ from search_baseline import from_scores, vs_search_baseline
 BIG_BOUND_MS = 0.020
 
 
+def device_name(device: str) -> str:
+    """The name of the card that ``device`` (``cuda``, ``cuda:1``, ``cpu``) times on, kept in
+    each row: ratios and bound fractions hold for that card only."""
+    if not device.startswith("cuda"):
+        return device
+    import torch
+
+    return str(torch.cuda.get_device_name(torch.device(device)))
+
+
 def geomean(xs: list[float]) -> float | None:
     xs = [x for x in xs if x > 0 and math.isfinite(x)]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -60,6 +70,7 @@ def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
     vs_all = {"search": vs_search, "session": vs_compile, None: None}[all_from]
     return {
         "problem": name,
+        "gpu": r.get("gpu"),  # None: a row written before rows named their card
         "correct": (f"{len(ok)}/{len(per)}" if per else "no best")
         + (f" of {r['workloads_total']}" if r.get("workloads") else ""),
         "vs_eager": vs_eager,
@@ -116,6 +127,16 @@ def print_table(results: dict[str, Any]) -> None:
         f"{f(geomean([s['frac_bound'] or 0 for s in rows]), True)}; vs compile in search "
         f"{f(geomean([s.get('vs_compile_search') or 0 for s in rows]))} over "
         f"{sum(1 for s in rows if s.get('vs_compile_search'))} problems"
+    )
+    cards = sorted({str(s.get("gpu") or "unrecorded") for s in rows})
+    print(
+        f"card: {cards[0]}"
+        if len(cards) == 1
+        else "WARNING: these rows come from different cards, so the geomeans mix them: "
+        + "; ".join(
+            f"{c}: {', '.join(s['problem'] for s in rows if str(s.get('gpu') or 'unrecorded') == c)}"
+            for c in cards
+        )
     )
     every = [s for s in rows if s.get("vs_compile_all")]
     print(

@@ -18,8 +18,10 @@ the baseline are then two runs; each ratio is still measured in one guard sessio
 
 ``--extend`` times only the run's workloads the row's baseline does not yet cover (passed)
 and adds them to it, so that several device calls cover a problem whose baseline is too
-slow for one (``sessions`` lists each session's workloads, time and stop reason). Each
-workload's ratio is still measured in one guard session; the geomean then spans sessions.
+slow for one (``sessions`` lists each session's workloads, card, time and stop reason).
+Each workload's ratio is still measured in one guard session; the geomean then spans
+sessions, all on the card the row names (``gpu``): another card is refused, and a row written
+before rows named their card needs ``--row-gpu`` (the card it is known to come from).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agents_h200 import compile_baseline
-from bench_table import geomean, summarize
+from bench_table import device_name, geomean, summarize
 from code_identity import code_content
 
 
@@ -79,6 +81,25 @@ def to_extend(problem: Path, row: dict[str, Any]) -> tuple[list[str], int]:
     return [w.uuid for w in pool if w.uuid not in done], len(pool)
 
 
+def check_card(row: dict[str, Any], row_gpu: str | None, here: str) -> None:
+    """Exit unless ``row`` (or ``row_gpu``, for a row that names no card) comes from the card
+    ``here``: a baseline extended on another card would mix two cards in one geomean."""
+    named = row.get("gpu")
+    if named is None and row_gpu is None:
+        sys.exit(
+            "--extend: the row does not name the card it was timed on (written before rows "
+            f"named it); pass --row-gpu with that card's name if you know it (this is {here!r})"
+        )
+    if named is not None and row_gpu is not None and named != row_gpu:
+        sys.exit(f"--extend: --row-gpu {row_gpu!r} but the row names {named!r}")
+    card = named if named is not None else row_gpu
+    if card != here:
+        sys.exit(
+            f"--extend: the row was timed on {card!r} and this is {here!r}; extend it on that "
+            "card, or time a new baseline of all the workloads here"
+        )
+
+
 def extended(old: dict[str, Any], new: dict[str, Any], total: int) -> dict[str, Any]:
     """``old``'s passed workloads and ``new``'s as one baseline over ``total`` workloads."""
     kept = passed(old.get("workloads", []))
@@ -86,7 +107,8 @@ def extended(old: dict[str, Any], new: dict[str, Any], total: int) -> dict[str, 
     def session(part: dict[str, Any], n: int) -> list[dict[str, Any]]:
         if "sessions" in part:
             return list(part["sessions"])
-        return [{"workloads": n, "wall_s": part.get("wall_s"), "stopped": part.get("stopped")}]
+        keys = ("gpu", "wall_s", "stopped")
+        return [{"workloads": n, **{k: part.get(k) for k in keys}}]
 
     return {
         **new,
@@ -114,6 +136,11 @@ def main() -> None:
         "--extend",
         action="store_true",
         help="time only the workloads the row's baseline does not cover and add them to it",
+    )
+    ap.add_argument(
+        "--row-gpu",
+        default=None,
+        help="with --extend, for a row that does not name its card: the card it came from",
     )
     args = ap.parse_args()
     if args.extend and (args.out is None or args.workloads is not None):
@@ -150,6 +177,7 @@ def main() -> None:
         if not left:
             sys.exit(f"--extend: the row's baseline covers all {total} workloads already")
         workloads = ",".join(left)
+        check_card(bench[args.key], args.row_gpu, device_name(args.device))
         print(f"--extend: {len(left)} of {total} workloads to time", flush=True)
     with tempfile.TemporaryDirectory(prefix="kernelarc-baseline-") as tmp:
         solution = args.solution or Path(tmp) / "solution.json"
@@ -159,6 +187,7 @@ def main() -> None:
             args.problem, solution, args.sample, args.device, workloads, args.cupti,
             args.budget,
         )  # fmt: skip
+    res["gpu"] = device_name(args.device)
     print(json.dumps(res, indent=1, default=str))
     if old is not None:
         res = extended(old, res, total)

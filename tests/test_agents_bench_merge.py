@@ -7,7 +7,8 @@ a warning when they differ); the script run end to end on the CPU (the bundled e
 search on a subset of its workloads, no baseline session where the search judged the
 baseline on all of them), then ``compile_baseline.py`` timing the baseline in a session of
 its own, cut by its budget, from the solution the row keeps, and ``--extend`` adding the
-workload it did not reach; which of the two gives the
+workload it did not reach (on the row's card only; each row names its card, and the merge
+warns when rows come from different cards); which of the two gives the
 every-workload figure; the baseline's order of workloads; SIGTERM stopping the search and
 keeping its row; ``estimate_check.py`` over the
 kept results. Not covered: the benchmark's GPU runs.
@@ -65,6 +66,41 @@ def test_merge_prints_one_table_over_split_runs(tmp_path: Path) -> None:
     assert [r.split()[0] for r in rows] == ["P1", "P2"]
     assert "4.00x" in rows[1], "the later file's P2 replaces the earlier one"
     assert "vs compile 6.00x, bound 60.0%" in out.stdout  # sqrt(9*4), sqrt(0.9*0.4)
+    assert "card: unrecorded" in out.stdout, "rows written before rows named their card"
+
+
+def test_merge_warns_when_rows_come_from_different_cards(tmp_path: Path) -> None:
+    a = tmp_path / "a.json"
+    rows = {k: {"summary": {**_summary(k, 2.0, 0.2), "gpu": g}}
+            for k, g in (("P1", "NVIDIA H200"), ("P2", "NVIDIA H100 80GB HBM3"),
+                         ("P3", "NVIDIA H200"))}  # fmt: skip
+    a.write_text(json.dumps(rows))
+    out = _run(a)
+    assert out.returncode == 0, out.stderr
+    assert "WARNING: these rows come from different cards" in out.stdout
+    assert "NVIDIA H100 80GB HBM3: P2; NVIDIA H200: P1, P3" in out.stdout
+    a.write_text(json.dumps({"P1": rows["P1"], "P3": rows["P3"]}))
+    same = _run(a)
+    assert "card: NVIDIA H200" in same.stdout and "WARNING" not in same.stdout
+
+
+def test_the_baseline_is_extended_only_on_the_card_of_its_row() -> None:
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        from compile_baseline import check_card
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    h200, h100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
+    check_card({"gpu": h200}, None, h200)
+    check_card({}, h200, h200)  # an older row, its card stated
+    with pytest.raises(SystemExit, match="timed on 'NVIDIA H200' and this is 'NVIDIA H100"):
+        check_card({"gpu": h200}, None, h100)
+    with pytest.raises(SystemExit, match="does not name the card .* pass --row-gpu"):
+        check_card({}, None, h100)
+    with pytest.raises(SystemExit, match="timed on 'NVIDIA H200'"):
+        check_card({}, h200, h100)
+    with pytest.raises(SystemExit, match="--row-gpu 'NVIDIA H100 80GB HBM3' but the row names"):
+        check_card({"gpu": h200}, h100, h200)
 
 
 def test_merge_names_a_file_it_cannot_read(tmp_path: Path) -> None:
@@ -184,6 +220,7 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     report = (tmp_path / "runs" / "run-rmsnorm_h512" / "report.md").read_text()
     assert "Against torch.compile's baseline (`torch.compile(run, dynamic=False)`, " in report
     assert len(row["best"]["per_workload"]) == 2 and row["optimize"]["exit"] == 0
+    assert row["gpu"] == "cpu" and s["gpu"] == "cpu" and "card: cpu" in p.stdout
     assert sum(row["bound_types"].values()) == 2, row["bound_types"]  # the run's workloads
     kept = json.loads((out / "best-rmsnorm_h512.json").read_text())
     assert row["best"]["solution"] == kept and kept["sources"]
@@ -201,7 +238,7 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     s2, base = row2["summary"], row2["compile"]
     assert s2["compile_n"] == 1 and s2["vs_eager"] and s2["vs_compile"]
     assert base["planned"] == 2 and base["of"] == 2 and base["stopped"].startswith("budget")
-    assert base["phases_s"]["reference_timing"] > 0
+    assert base["phases_s"]["reference_timing"] > 0 and base["gpu"] == "cpu"
     assert base["workloads"][0]["compiled_phases_s"]["calls"] > 0
     run_uuids = {w["uuid"] for w in row["best"]["per_workload"]}
     assert [w["uuid"] in run_uuids for w in base["workloads"]] == [True]  # of the run's
@@ -227,6 +264,7 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert [w["uuid"] for w in base3["workloads"]][:1] == [base["workloads"][0]["uuid"]]
     assert sorted(w["uuid"] for w in base3["workloads"]) == sorted(run_uuids)
     assert base3["of"] == 2 and [x["workloads"] for x in base3["sessions"]] == [1, 1]
+    assert [x["gpu"] for x in base3["sessions"]] == ["cpu", "cpu"]
     assert row3["summary"]["compile_n"] == 2 and "(2/2)" in _run(more).stdout
     done = tmp_path / "done.json"
     cmd = [*cmd[:-5], str(more), "--key", "rmsnorm_h512", "--out", str(done), "--extend"]
