@@ -128,15 +128,14 @@ def print_table(results: dict[str, Any]) -> None:
         f"{f(geomean([s.get('vs_compile_search') or 0 for s in rows]))} over "
         f"{sum(1 for s in rows if s.get('vs_compile_search'))} problems"
     )
-    cards = sorted({str(s.get("gpu") or "unrecorded") for s in rows})
+    by_card: dict[str, list[str]] = {}
+    for s in rows:
+        by_card.setdefault(str(s.get("gpu") or "unrecorded"), []).append(s["problem"])
     print(
-        f"card: {cards[0]}"
-        if len(cards) == 1
+        f"card: {next(iter(by_card))}"
+        if len(by_card) == 1
         else "WARNING: these rows come from different cards, so the geomeans mix them: "
-        + "; ".join(
-            f"{c}: {', '.join(s['problem'] for s in rows if str(s.get('gpu') or 'unrecorded') == c)}"
-            for c in cards
-        )
+        + "; ".join(f"{c}: {', '.join(ps)}" for c, ps in sorted(by_card.items()))
     )
     every = [s for s in rows if s.get("vs_compile_all")]
     print(
