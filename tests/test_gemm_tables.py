@@ -12,7 +12,7 @@ passes the shipped conformance checks and proposes nothing without CUDA; state r
 and refusal of bad state.
 
 On CUDA only (skipped here): tuning the bundled fp32 GEMM example end to end and judging
-the proposal with the guard.
+the proposal with the guard; the tuning's memory cap (a workload over it fails to tune).
 """
 
 from __future__ import annotations
@@ -406,6 +406,58 @@ def test_tunes_and_passes_the_guard_on_cuda(problem: Problem, tmp_path: Path) ->
         ev = guard.evaluate(proposal.solution, rounds=2)
     statuses = [(o.status.value, o.check, o.log[:400]) for o in ev.outcomes]
     assert all(s[0] == "PASSED" for s in statuses), statuses
+
+
+def test_the_tuning_job_caps_its_memory_at_a_share_of_the_device(
+    problem: Problem, tmp_path: Path
+) -> None:
+    from pydantic import ValidationError
+
+    from kernelarc.proposers.tunableop_worker import TUNING_MEMORY_SHARE
+
+    job = _job(problem, tmp_path, _reference(problem))
+    assert job.memory_fraction == TUNING_MEMORY_SHARE and 0 < TUNING_MEMORY_SHARE <= 0.5
+    for bad in (0.0, -0.1, 1.5):
+        with pytest.raises(ValidationError, match="memory_fraction"):
+            TuningJob.model_validate({**job.model_dump(), "memory_fraction": bad})
+
+
+#: A base that holds 30% of the device's memory while it runs, then runs the reference.
+HOG = """
+
+_ka_reference_run = run
+
+
+def run(*args):
+    import torch
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    hog = torch.empty(int(0.3 * total), dtype=torch.uint8, device="cuda")
+    out = _ka_reference_run(*args)
+    del hog
+    return out
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and TunableOp")
+def test_a_workload_over_the_memory_cap_fails_to_tune_and_the_rest_go_on(
+    problem: Problem, tmp_path: Path
+) -> None:
+    """Capped at 25%, the hog's 30% fails on every workload (an allocation error in the
+    tuning, not a judged candidate's); at 50% the same base tunes."""
+    base = _base(problem, problem.definition.reference + HOG).solution
+    capped = run_tuning(_job(problem, tmp_path / "a", base), tmp_path / "a", timeout_s=300)
+    device = next(e for e in capped.events if e["event"] == "device")
+    total = torch.cuda.get_device_properties(0).total_memory
+    assert abs(device["memory_cap_bytes"] - 0.25 * total) < 1 << 20, device
+    done = next(e for e in capped.events if e["event"] == "done")
+    assert len(done["errors"]) == 2 and all("OutOfMemoryError" in e for e in done["errors"])
+    assert capped.returncode == 4, capped.stderr[-2000:]
+    job = _job(problem, tmp_path / "b", base).model_copy(update={"memory_fraction": 0.5})
+    roomy = run_tuning(job, tmp_path / "b", timeout_s=300)
+    assert roomy.returncode == 0, roomy.stderr[-2000:]
+    ok = [e["ok"] for e in roomy.events if e["event"] == "workload"]
+    assert ok == [True, True]
 
 
 def test_no_tuning_beside_the_guard_when_the_inputs_crowd_the_device() -> None:

@@ -23,6 +23,10 @@ per tuned operation: ``OP_SIGNATURE,PARAMS_SIGNATURE,SOLUTION[,TIME_MS[,...]]``,
 ``GemmTunableOp_float_NT,nt_64_17_128_ld_128_128_64,Gemm_Cublaslt_..., 0.004`` (the op
 names the dtype and transposes, the params the shape; ``Default`` is the untuned cuBLAS call).
 
+The child's memory is capped at ``job.memory_fraction`` of the device
+(:data:`TUNING_MEMORY_SHARE` by default): a workload that needs more fails to tune (listed in
+``done``) rather than taking the memory the guard's workers judge with.
+
 Not covered: choosing what to tune (every GEMM the base runs on every workload is tuned),
 multi-GPU tuning, offline tuning from recorded untuned files.
 """
@@ -45,6 +49,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelarc.problem.schema import Definition, Solution, Workload
 
+#: The share of the device's memory the tuning subprocess may hold (PyTorch's caching
+#: allocator is capped there: an allocation beyond it fails in the tuning, which goes on
+#: with the next workload). The guard's reference and candidate workers judge on the same
+#: device meanwhile and keep the rest. On an H100 (80 GB), while an uncapped tuning ran
+#: L2 002 (whose largest workloads take tens of GB of attention temporaries), a judged
+#: candidate ran out of memory with 42 GiB held by other processes, and was failed for it.
+TUNING_MEMORY_SHARE = 0.25
+
 EXIT_BAD_JOB = 2
 EXIT_NO_TUNABLEOP = 3
 EXIT_ALL_FAILED = 4
@@ -65,6 +77,7 @@ class TuningJob(BaseModel):
     build_dir: str
     table_path: str
     live_path: str
+    memory_fraction: float = Field(default=TUNING_MEMORY_SHARE, gt=0, le=1)
     max_tuning_ms: int = Field(default=30, ge=1)
     max_tuning_iterations: int = Field(default=100, ge=1)
     build_timeout_s: float = Field(default=120.0, gt=0)
@@ -344,37 +357,47 @@ def main(argv: list[str]) -> int:
 
     from kernelarc.problem.inputs import generate_inputs
 
-    props = torch.cuda.get_device_properties(torch.device(job.device))
+    device = torch.device(job.device)
+    props = torch.cuda.get_device_properties(device)
+    # before any allocation: the cap holds for everything this process allocates
+    torch.cuda.set_per_process_memory_fraction(job.memory_fraction, device)
     _emit(
         "device",
         name=props.name,
         capability=f"{props.major}.{props.minor}",
         torch=torch.__version__,
         cuda=torch.version.cuda,
+        memory_cap_bytes=int(job.memory_fraction * props.total_memory),
     )
     _configure(job)
     root = Path(job.problem_root) if job.problem_root else None
     errors: list[str] = []
+
+    def tune(wl: Workload) -> None:  # its tensors are freed when it returns or raises
+        gen = generate_inputs(
+            job.definition, wl, device=job.device, seed=job.seed, problem_root=root
+        )
+        args = list(gen.values.values())
+        if job.solution.spec.destination_passing_style:
+            args += _outputs(job.definition, wl, job.device)
+        with torch.no_grad():
+            entry(*args)
+        torch.cuda.synchronize()
+
     for wl in job.workloads:
         t0 = time.monotonic()
+        ok = True
         try:
-            gen = generate_inputs(
-                job.definition, wl, device=job.device, seed=job.seed, problem_root=root
-            )
-            args = list(gen.values.values())
-            if job.solution.spec.destination_passing_style:
-                args += _outputs(job.definition, wl, job.device)
-            with torch.no_grad():
-                entry(*args)
-            torch.cuda.synchronize()
+            tune(wl)
         except Exception as e:
             msg = f"workload {wl.uuid}: {type(e).__name__}: {e}"
             errors.append(msg[:500])
             print(msg, file=sys.stderr)
             traceback.print_exc(file=sys.stderr)
-            _emit("workload", uuid=wl.uuid, ok=False, seconds=round(time.monotonic() - t0, 3))
-            continue
-        _emit("workload", uuid=wl.uuid, ok=True, seconds=round(time.monotonic() - t0, 3))
+            ok = False
+        if not ok:  # e.g. over the memory cap: the next workloads get the memory back
+            torch.cuda.empty_cache()
+        _emit("workload", uuid=wl.uuid, ok=ok, seconds=round(time.monotonic() - t0, 3))
     import torch.cuda.tunable as tunable
 
     tunable.tuning_enable(False)
