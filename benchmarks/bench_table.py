@@ -5,8 +5,10 @@ Columns: workloads correct; geomeans over the PASSED workloads of the speedup vs
 reference (the search's final judging), vs torch.compile (the compile baseline's own guard
 session, ``(judged/all)``), vs torch.compile as the search judged it (``in search``:
 ``search_baseline.py``; the geomeans' last line takes, per problem, whichever of the two
-covers every workload of the run), the fraction of the H200 bound (all workloads / those whose bound
-is at least 20 us); the winner; wall and device seconds; the workloads' bound types.
+covers every workload of the run), the fraction of the roofline bound of the card that
+timed the row (all workloads / those whose bound is at least 20 us); the winner; wall and
+device seconds; the workloads' bound types. Each row names its card (``gpu``): a line under
+the table says which, or warns that the geomeans mix cards when the rows do.
 """
 
 from __future__ import annotations
@@ -131,12 +133,13 @@ def print_table(results: dict[str, Any]) -> None:
     by_card: dict[str, list[str]] = {}
     for s in rows:
         by_card.setdefault(str(s.get("gpu") or "unrecorded"), []).append(s["problem"])
-    print(
-        f"card: {next(iter(by_card))}"
-        if len(by_card) == 1
-        else "WARNING: these rows come from different cards, so the geomeans mix them: "
-        + "; ".join(f"{c}: {', '.join(ps)}" for c, ps in sorted(by_card.items()))
-    )
+    if len(by_card) == 1:
+        print(f"card: {next(iter(by_card))}")
+    elif by_card:
+        print(
+            "WARNING: these rows come from different cards, so the geomeans mix them: "
+            + "; ".join(f"{c}: {', '.join(ps)}" for c, ps in sorted(by_card.items()))
+        )
     every = [s for s in rows if s.get("vs_compile_all")]
     print(
         f"vs compile over every workload of the run (in search, else the baseline session): "
