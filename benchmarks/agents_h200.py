@@ -7,13 +7,14 @@
 For each problem (default: the six of issue 4) this runs the real CLI in a subprocess,
 ``kernelarc optimize PROBLEM --device cuda --budget B --time-limit T --json``, then reads
 the run's store: the final full evaluation of ``best/solution.json`` gives, per workload,
-the latency, the eager reference's latency (timed in the same guard session) and the H200
-bound. torch.compile of the reference (default options, ``dynamic=False``: the guard's
-baseline) is timed in one more guard session on ``--compile-sample`` workloads spread over
-the input sizes (all by default), as many as ``--compile-budget`` seconds allow: compiling
-per shape is what makes it costly; the table says how many of the run's workloads it
-covers (``compile_baseline.py`` times it again later for a saved solution). That session is
-left out where the search itself judged the baseline in full on every workload of the run
+the latency, the eager reference's latency (timed in the same guard session) and the
+roofline bound of the card it ran on (each row names it: ``gpu``). torch.compile of the
+reference (default options, ``dynamic=False``: the guard's baseline) is timed in one more
+guard session on ``--compile-sample`` workloads spread over the input sizes (all by
+default), as many as ``--compile-budget`` seconds allow: compiling per shape is what makes
+it costly; the table says how many of the run's workloads it covers
+(``compile_baseline.py`` times it again later for a saved solution). That session is left
+out where the search itself judged the baseline in full on every workload of the run
 (``--compile-session always`` keeps it as a cross-check). Results go to
 ``OUT/agents_bench.json`` after every step (the search, then the baseline), so a truncated
 call keeps what finished. The table's ``in search`` column is the same baseline as the
