@@ -171,13 +171,14 @@ def main() -> None:
                 f"before it kept them, or the run handed none over): {kept!r:.200}"
             )
     workloads, old, total = args.workloads, None, 0
+    here = device_name(args.device)  # the card that times it, kept in the result
     if args.extend:
         old = bench[args.key].get("compile") or {}
         left, total = to_extend(args.problem, bench[args.key])
         if not left:
             sys.exit(f"--extend: the row's baseline covers all {total} workloads already")
         workloads = ",".join(left)
-        check_card(bench[args.key], args.row_gpu, device_name(args.device))
+        check_card(bench[args.key], args.row_gpu, here)
         print(f"--extend: {len(left)} of {total} workloads to time", flush=True)
     with tempfile.TemporaryDirectory(prefix="kernelarc-baseline-") as tmp:
         solution = args.solution or Path(tmp) / "solution.json"
@@ -187,7 +188,7 @@ def main() -> None:
             args.problem, solution, args.sample, args.device, workloads, args.cupti,
             args.budget,
         )  # fmt: skip
-    res["gpu"] = device_name(args.device)
+    res["gpu"] = here
     print(json.dumps(res, indent=1, default=str))
     if old is not None:
         res = extended(old, res, total)

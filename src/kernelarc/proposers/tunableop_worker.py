@@ -52,9 +52,10 @@ from kernelarc.problem.schema import Definition, Solution, Workload
 #: The share of the device's memory the tuning subprocess may hold (PyTorch's caching
 #: allocator is capped there: an allocation beyond it fails in the tuning, which goes on
 #: with the next workload). The guard's reference and candidate workers judge on the same
-#: device meanwhile and keep the rest. On an H100 (80 GB), while an uncapped tuning ran
-#: L2 002 (whose largest workloads take tens of GB of attention temporaries), a judged
-#: candidate ran out of memory with 42 GiB held by other processes, and was failed for it.
+#: device meanwhile and keep the rest. On an H100 (80 GB), during a search on L2 002 (whose
+#: largest workloads take tens of GB of attention temporaries), a judged candidate ran out
+#: of memory with 42 GiB held by other processes, most likely the uncapped tuning, and was
+#: failed for it.
 TUNING_MEMORY_SHARE = 0.25
 
 EXIT_BAD_JOB = 2
