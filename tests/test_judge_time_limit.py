@@ -4,6 +4,9 @@ A real ``Guard`` judges the orchestrator tests' RMSNorm variant of the bundled e
 through ``Judge``: with time left, the screening judges every screened workload and the
 full protocol follows; with none left, the evaluation stops after the first workload as
 "time limit reached" and no full protocol starts. Both stages share one candidate worker.
+A candidate crowded out of memory by other processes is judged again once the device has
+room (the CPU has no device memory to read: a scripted probe of free memory, named so,
+stands in for ``torch.cuda.mem_get_info``; the candidate raises the allocator's message).
 
 Not covered: the orchestrator's wall clock itself (``test_orchestrator.py`` runs without
 a time limit; the limit's check between proposals is plain arithmetic).
@@ -11,10 +14,11 @@ a time limit; the limit's check between proposals is plain arithmetic).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
-from data.orchestrator.harness import EXAMPLE, GUARD_CONFIG, rms
+from data.orchestrator.harness import EXAMPLE, GUARD_CONFIG, SOURCE, rms, rms_solution
 
 from kernelarc.guard.evaluator import Guard
 from kernelarc.orchestration.config import RunConfig, StageConfig
@@ -28,7 +32,12 @@ def guard() -> Iterator[Guard]:
         yield g
 
 
-def judge_with(guard: Guard, time_left: float, full_iterations: int = 3) -> Judge:
+def judge_with(
+    guard: Guard,
+    time_left: float,
+    full_iterations: int = 3,
+    free_bytes: Callable[[], int] | None = None,
+) -> Judge:
     config = RunConfig(
         problem=str(EXAMPLE),
         definition=guard.problem.definition.name,
@@ -36,7 +45,7 @@ def judge_with(guard: Guard, time_left: float, full_iterations: int = 3) -> Judg
         screen=StageConfig(rounds=1, warmup=1, iterations=3),
         full=StageConfig(rounds=1, warmup=1, iterations=full_iterations),
     )
-    return Judge(guard, config, {}, lambda: time_left)
+    return Judge(guard, config, {}, lambda: time_left, free_bytes=free_bytes)
 
 
 def test_time_left_lets_both_stages_run(guard: Guard) -> None:
@@ -129,3 +138,79 @@ def test_screenings_retime_the_reference_full_stages_as_the_device_says(
         assert pairs and all(a.reference != b.reference for a, b in pairs), "full: retimed"
     else:
         assert pairs and all(a.reference == b.reference for a, b in pairs), "full: the cached one"
+
+
+CROWDED = (
+    "CUDA out of memory. Tried to allocate 16.00 GiB. GPU 0 has a total capacity of 79.18 GiB "
+    "of which 4.08 GiB is free. Including non-PyTorch memory, this process has 32.96 GiB "
+    "memory in use."
+)
+
+
+def crowded_while(marker: Path, tag: str) -> object:
+    """An RMSNorm that raises the allocator's crowded message while ``marker`` exists."""
+    raise_line = f'raise RuntimeError("variant {tag} fails on purpose")'
+    src = SOURCE.format(tag=tag, slow="False", sleep_s=0, fail=f"os.path.exists({str(marker)!r})")
+    src = src.replace(raise_line, f"raise RuntimeError({CROWDED!r})").replace(
+        "import time\n", "import os\nimport time\n"
+    )
+    assert CROWDED in src and "import os" in src
+    return rms_solution(tag, src)
+
+
+class ScriptedFreeMemory:
+    """A fake probe of the device's free memory (the CPU has none to read): reports
+    ``frees`` in turn; when it reports room (49 GiB), the neighbour has gone, so the marker
+    the candidate checks is removed."""
+
+    def __init__(self, marker: Path, frees: list[int]) -> None:
+        self.marker, self.frees, self.calls = marker, frees, 0
+
+    def __call__(self) -> int:
+        free = self.frees[min(self.calls, len(self.frees) - 1)]
+        self.calls += 1
+        if free >= 50 << 30:
+            self.marker.unlink(missing_ok=True)
+        return free
+
+
+def test_a_candidate_crowded_out_is_judged_again_once_the_device_has_room(
+    guard: Guard, tmp_path: Path
+) -> None:
+    marker = tmp_path / "neighbour"
+    marker.touch()
+    probe = ScriptedFreeMemory(marker, [30 << 30, 60 << 30])
+    j = judge_with(guard, 1e9, free_bytes=probe)
+    j.crowd_poll_s = 0.01
+    stages = j.judge("c10", "a", "s", "refine", crowded_while(marker, "crowd_ok"), [])
+    assert [n for n, _, _ in stages] == ["screen (crowded out)", "screen", "full"]
+    assert probe.calls == 2
+    tried = stages[0][2]
+    assert not tried.passed
+    log = next(r.log for r in tried.per_workload if r.status != "PASSED")
+    assert log.startswith("[crowded out: other processes held 42.1 GiB"), log
+    assert "judged again in a fresh worker]" in log and CROWDED in log
+    assert stages[1][2].passed and stages[2][2].passed
+    assert stages[0][1] is not stages[1][1]
+
+
+def test_without_room_in_time_the_crowded_verdict_stands_annotated(
+    guard: Guard, tmp_path: Path
+) -> None:
+    marker = tmp_path / "neighbour"
+    marker.touch()
+    probe = ScriptedFreeMemory(marker, [30 << 30])
+    j = judge_with(guard, 0.2, free_bytes=probe)  # a wait of 25% of 0.2 s
+    j.crowd_poll_s = 0.01
+    stages = j.judge("c11", "a", "s", "refine", crowded_while(marker, "crowd_no"), [])
+    assert [n for n, _, _ in stages] == ["screen"] and probe.calls >= 2
+    log = next(r.log for r in stages[0][2].per_workload if r.status != "PASSED")
+    assert "30.0 GiB free, not the 50.0 GiB needed: the verdict stands]" in log, log
+
+
+def test_a_candidates_own_failure_is_not_judged_again(guard: Guard, tmp_path: Path) -> None:
+    probe = ScriptedFreeMemory(tmp_path / "none", [60 << 30])
+    j = judge_with(guard, 1e9, free_bytes=probe)
+    stages = j.judge("c12", "a", "s", "refine", rms("own_fail", fail=True), [])
+    assert [n for n, _, _ in stages] == ["screen"] and probe.calls == 0
+    assert "crowded" not in stages[0][2].per_workload[0].log

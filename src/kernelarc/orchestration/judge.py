@@ -20,6 +20,11 @@ screened shapes, and its dynamic-shape graph once compiled, are reused). A dupli
 content hash as a judged candidate) gets the cached verdict and costs no budget. The final
 solution always gets the full protocol on every workload.
 
+A judgement that fails because *other* processes crowded the device out of memory (the
+allocator's figures say the failed allocation would have fit in what they held:
+``crowding.py``) is judged once more in a fresh worker when the device has room again
+within a bounded wait; both attempts are recorded, the first as ``"screen (crowded out)"``.
+
 Under a time limit (``time_left``), an evaluation in progress when it runs out stops after
 the workload being judged ("time limit reached": the candidate does not pass that stage) and
 no full protocol starts after it: a run overshoots its limit by at most one workload's
@@ -37,6 +42,15 @@ from kernelarc.agents.types import CandidateResult, Mode, WorkloadResult
 from kernelarc.guard.evaluator import EvalResult, Guard
 from kernelarc.guard.verdict import WorkloadOutcome
 from kernelarc.orchestration.config import RunConfig, StageConfig
+from kernelarc.orchestration.crowding import (
+    CROWD_WAIT_S,
+    CROWD_WAIT_SHARE,
+    POLL_S,
+    OutOfMemory,
+    crowded_out,
+    device_free_bytes,
+    wait_for_room,
+)
 from kernelarc.problem.schema import Solution, Workload
 
 if TYPE_CHECKING:
@@ -168,6 +182,7 @@ class Judge:
         config: RunConfig,
         bounds: dict[str, float],
         time_left: Callable[[], float] | None = None,
+        free_bytes: Callable[[], int] | None = None,
     ) -> None:
         from kernelarc.problem.inputs import estimate_input_bytes
 
@@ -181,6 +196,10 @@ class Judge:
         """Whether full stages time the reference again too (screenings always do). On the
         CPU, yes: timings there drift within a run (docs/GUARD.md) and re-timing is cheap; on
         a GPU the cached timing stands (a re-timing costs ~30 s on Quant 001's workloads)."""
+        cuda = guard.device.startswith("cuda")
+        self.free_bytes = free_bytes or (device_free_bytes(guard.device) if cuda else None)
+        """The device's free memory, read here: the wait after a crowded-out failure."""
+        self.crowd_poll_s = POLL_S
 
     def _run(
         self,
@@ -246,6 +265,50 @@ class Judge:
             ),
             default=None,
         )
+        args = (candidate_id, agent, strategy, mode, solution, incumbents_screen, best_first)
+        stages = self._stages(*args, always_full=always_full)
+        oom = self._crowded(stages)
+        if oom is None:
+            return stages
+        budget = CROWD_WAIT_S
+        if self.time_left is not None:
+            budget = min(budget, CROWD_WAIT_SHARE * max(0.0, self.time_left()))
+        assert self.free_bytes is not None
+        room, waited, free = wait_for_room(
+            oom.need, self.free_bytes, budget, poll_s=self.crowd_poll_s
+        )
+        gib = 1 << 30
+        note = (
+            f"[crowded out: {oom.describe()}; after {waited:.0f} s the device had "
+            f"{free / gib:.1f} GiB free"
+        )
+        if not room or self.out_of_time():
+            why = "not the" if not room else "but no time was left for"
+            note += f", {why} {oom.need / gib:.1f} GiB needed: the verdict stands]"
+            return [(name, ev, _annotated(res, note)) for name, ev, res in stages]
+        note += ": judged again in a fresh worker]"
+        tried = [(f"{name} (crowded out)", ev, _annotated(res, note)) for name, ev, res in stages]
+        return tried + self._stages(*args, always_full=always_full)
+
+    def _crowded(self, stages: list[tuple[str, EvalResult, CandidateResult]]) -> OutOfMemory | None:
+        """The crowded out-of-memory failure that decided this judgement, if any."""
+        if self.free_bytes is None:
+            return None
+        last = stages[-1][2]
+        return crowded_out([r.log for r in last.per_workload if r.status != "PASSED"])
+
+    def _stages(
+        self,
+        candidate_id: str,
+        agent: str,
+        strategy: str,
+        mode: Mode,
+        solution: Solution,
+        incumbents_screen: Sequence[Sequence[WorkloadResult]],
+        best_first: float | None,
+        *,
+        always_full: bool,
+    ) -> list[tuple[str, EvalResult, CandidateResult]]:
         # One candidate worker for both stages (closed whatever happens).
         with contextlib.closing(self.guard.open_session(solution)) as session:
             # Screenings decide which candidates go on: each is compared with a reference
@@ -342,6 +405,16 @@ class Judge:
             score=score_of(per) if passed else None,
             stopped_early=stopped,
         )
+
+
+def _annotated(result: CandidateResult, note: str) -> CandidateResult:
+    """``result`` with ``note`` added to each failed workload's log (what agents and the
+    report read)."""
+    per = tuple(
+        r if r.status == "PASSED" else r.model_copy(update={"log": f"{note} {r.log}"})
+        for r in result.per_workload
+    )
+    return result.model_copy(update={"per_workload": per})
 
 
 def summarize_stages(stages: Sequence[tuple[str, EvalResult, CandidateResult]]) -> dict[str, Any]:
