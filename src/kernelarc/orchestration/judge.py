@@ -265,8 +265,14 @@ class Judge:
             ),
             default=None,
         )
-        args = (candidate_id, agent, strategy, mode, solution, incumbents_screen, best_first)
-        stages = self._stages(*args, always_full=always_full)
+
+        def result(
+            stage: str, per: tuple[WorkloadResult, ...], stopped: str | None
+        ) -> CandidateResult:
+            return self._result(candidate_id, agent, strategy, mode, stage, per, stopped)
+
+        args = (solution, incumbents_screen, best_first, always_full, result)
+        stages = self._stages(*args)
         oom = self._crowded(stages)
         if oom is None:
             return stages
@@ -288,7 +294,7 @@ class Judge:
             return [(name, ev, _annotated(res, note)) for name, ev, res in stages]
         note += ": judged again in a fresh worker]"
         tried = [(f"{name} (crowded out)", ev, _annotated(res, note)) for name, ev, res in stages]
-        return tried + self._stages(*args, always_full=always_full)
+        return tried + self._stages(*args)
 
     def _crowded(self, stages: list[tuple[str, EvalResult, CandidateResult]]) -> OutOfMemory | None:
         """The crowded out-of-memory failure that decided this judgement, if any."""
@@ -299,16 +305,14 @@ class Judge:
 
     def _stages(
         self,
-        candidate_id: str,
-        agent: str,
-        strategy: str,
-        mode: Mode,
         solution: Solution,
         incumbents_screen: Sequence[Sequence[WorkloadResult]],
         best_first: float | None,
-        *,
         always_full: bool,
+        result: Callable[[str, tuple[WorkloadResult, ...], str | None], CandidateResult],
     ) -> list[tuple[str, EvalResult, CandidateResult]]:
+        """One attempt at judging ``solution``: its stages; ``result`` makes a stage's
+        :class:`CandidateResult` from (stage, per-workload results, why it stopped)."""
         # One candidate worker for both stages (closed whatever happens).
         with contextlib.closing(self.guard.open_session(solution)) as session:
             # Screenings decide which candidates go on: each is compared with a reference
@@ -322,9 +326,7 @@ class Judge:
                 retime_reference=True,
             )
             per = results_of(res.outcomes, self.bounds)
-            screened = self._result(
-                candidate_id, agent, strategy, mode, "screen", per, res.stopped_early
-            )
+            screened = result("screen", per, res.stopped_early)
             stages = [("screen", res, screened)]
             if (
                 screened.passed
@@ -342,21 +344,7 @@ class Judge:
                     solution, self.all, self.config.full, None, session, self.retime_full
                 )
                 per_full = results_of(full.outcomes, self.bounds)
-                stages.append(
-                    (
-                        "full",
-                        full,
-                        self._result(
-                            candidate_id,
-                            agent,
-                            strategy,
-                            mode,
-                            "full",
-                            per_full,
-                            full.stopped_early,
-                        ),
-                    )
-                )
+                stages.append(("full", full, result("full", per_full, full.stopped_early)))
             return stages
 
     def _affordable(self, screen_s: float, once_s: float = 0.0) -> bool:
