@@ -447,7 +447,8 @@ def test_a_workload_over_the_memory_cap_fails_to_tune_and_the_rest_go_on(
     tuning, not a judged candidate's); at 50% the same base tunes."""
     base = _base(problem, problem.definition.reference + HOG).solution
     capped = run_tuning(_job(problem, tmp_path / "a", base), tmp_path / "a", timeout_s=300)
-    device = next(e for e in capped.events if e["event"] == "device")
+    device = next((e for e in capped.events if e["event"] == "device"), None)
+    assert device is not None, (capped.returncode, capped.stderr[-3000:])
     total = torch.cuda.get_device_properties(0).total_memory
     assert abs(device["memory_cap_bytes"] - 0.25 * total) < 1 << 20, device
     done = next(e for e in capped.events if e["event"] == "done")

@@ -359,6 +359,8 @@ def main(argv: list[str]) -> int:
     from kernelarc.problem.inputs import generate_inputs
 
     device = torch.device(job.device)
+    if device.index is None:  # the cap below needs an index ("cuda" alone raises there)
+        device = torch.device("cuda", torch.cuda.current_device())
     props = torch.cuda.get_device_properties(device)
     # before any allocation: the cap holds for everything this process allocates
     torch.cuda.set_per_process_memory_fraction(job.memory_fraction, device)
