@@ -24,6 +24,7 @@ from kernelarc.guard.evaluator import Guard
 from kernelarc.orchestration.config import RunConfig, StageConfig
 from kernelarc.orchestration.judge import TIME_LIMIT, Judge
 from kernelarc.problem.loader import load_problem
+from kernelarc.problem.schema import Solution
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +148,7 @@ CROWDED = (
 )
 
 
-def crowded_while(marker: Path, tag: str) -> object:
+def crowded_while(marker: Path, tag: str) -> Solution:
     """An RMSNorm that raises the allocator's crowded message while ``marker`` exists."""
     raise_line = f'raise RuntimeError("variant {tag} fails on purpose")'
     src = SOURCE.format(tag=tag, slow="False", sleep_s=0, fail=f"os.path.exists({str(marker)!r})")
@@ -160,8 +161,9 @@ def crowded_while(marker: Path, tag: str) -> object:
 
 class ScriptedFreeMemory:
     """A fake probe of the device's free memory (the CPU has none to read): reports
-    ``frees`` in turn; when it reports room (49 GiB), the neighbour has gone, so the marker
-    the candidate checks is removed."""
+    ``frees`` in turn; when it reports room (50 GiB or more: the candidate's need is
+    32.96 + 16 + 1 GiB), the neighbour has gone, so the marker the candidate checks is
+    removed."""
 
     def __init__(self, marker: Path, frees: list[int]) -> None:
         self.marker, self.frees, self.calls = marker, frees, 0
