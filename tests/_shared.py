@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import types
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +154,23 @@ def batched_runs(module: types.ModuleType, helper: str) -> list[bool]:
 
     cls.__init__ = spy
     return seen
+
+
+LANES = 2
+"""Jobs that ``started_ahead`` runs at once: the CI machine's two cores, of which a serial
+test run keeps one mostly idle (a guard's work is one process at a time)."""
+
+
+def started_ahead(
+    request: pytest.FixtureRequest, jobs: dict[str, Callable[[], Any]]
+) -> Iterator[dict[str, Future[Any]]]:
+    """For a module-scoped fixture: the jobs of the tests this session selected in the
+    module, started at once, ``LANES`` at a time, in the order given. A job's name is its
+    test's (``item.name``) or that of a fixture the tests use; each test waits for its own
+    future (``result()`` re-raises what the job raised). The fixture's end waits for every
+    job. Only for jobs whose outcome does not depend on timing: they share the machine with
+    each other (as on a loaded machine)."""
+    items = [i for i in request.session.items if i.path == request.node.path]
+    selected = {i.name for i in items} | {f for i in items for f in getattr(i, "fixturenames", ())}
+    with ThreadPoolExecutor(LANES) as pool:
+        yield {name: pool.submit(job) for name, job in jobs.items() if name in selected}

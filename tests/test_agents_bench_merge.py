@@ -22,10 +22,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _shared import started_ahead
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "agents_h200.py"
 
@@ -189,8 +193,38 @@ def test_the_benchmark_records_its_commit() -> None:
         assert version.startswith("unknown") and ids.code_tree_version() == "unknown"
 
 
+@pytest.fixture(scope="module")
+def runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[None]]]:
+    """The two runs of the script on the CPU (end to end; stopped by SIGTERM), each in a
+    folder of its own, started together (``_shared``'s ``started_ahead``): each test waits
+    for its own, which checks what it saw (no timing: a deadline passed either way, a budget
+    cut after the first workload, a stop after the first verdict)."""
+    jobs: dict[str, Callable[[], None]] = {
+        "test_the_benchmark_runs_end_to_end_on_the_cpu": partial(
+            _end_to_end, tmp_path_factory.mktemp("e2e")
+        ),
+        "test_sigterm_stops_the_search_and_keeps_its_row": partial(
+            _stopped_by_sigterm, tmp_path_factory.mktemp("sigterm")
+        ),
+    }
+    yield from started_ahead(request, jobs)
+
+
 @pytest.mark.slow
-def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
+def test_the_benchmark_runs_end_to_end_on_the_cpu(runs: dict[str, Future[None]]) -> None:
+    """``_end_to_end``, run by ``runs``."""
+    runs["test_the_benchmark_runs_end_to_end_on_the_cpu"].result()
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_search_and_keeps_its_row(runs: dict[str, Future[None]]) -> None:
+    """``_stopped_by_sigterm``, run by ``runs``."""
+    runs["test_sigterm_stops_the_search_and_keeps_its_row"].result()
+
+
+def _end_to_end(tmp_path: Path) -> None:
     """The script itself, as the device calls run it (a dry run on the CPU with the bundled
     example, a search by the compiler agent on 2 of its 6 workloads, its report; no baseline
     session, since the search judged torch.compile's baseline in full on both, which the row
@@ -273,8 +307,7 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     assert not done.exists()
 
 
-@pytest.mark.slow
-def test_sigterm_stops_the_search_and_keeps_its_row(tmp_path: Path) -> None:
+def _stopped_by_sigterm(tmp_path: Path) -> None:
     """SIGTERM to the script (``split_calls.sh``'s ``timeout``) once the search has judged a
     candidate: the search is told to stop and hands over its best, the row is saved, no
     baseline session and no further problem start (on the H200 a killed script lost FIB

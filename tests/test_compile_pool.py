@@ -8,16 +8,22 @@ the pass, the phase is timed, and nothing of the pool is left when judging start
 a process behind is REWARD_HACK[subprocess]; without a runtime compile, or with
 ``compile_workers`` 0, no pass runs; no call starts past the budget. Not covered: the GPU
 (Triton kernels compiled in the pool), timings of the pass (benchmarks, PERFORMANCE.md).
+Each test's guard is its own (a fresh cache: a cold compile); they judge at once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
+from _shared import started_ahead
 
 from kernelarc.examples import example_dir
-from kernelarc.guard.evaluator import Guard, GuardConfig
+from kernelarc.guard.evaluator import EvalResult, Guard, GuardConfig
 from kernelarc.guard.isolation import probe_isolation
 from kernelarc.guard.session import MIN_PASS_S
 from kernelarc.problem.loader import Problem, load_problem, load_solution
@@ -78,9 +84,7 @@ def _config(tmp_path: Path, workers: int) -> GuardConfig:
     )
 
 
-def test_a_compiled_solution_passes_after_compile_passes(problem: Problem, tmp_path: Path) -> None:
-    """Two evaluations in one session (the search's screening, then its full stage): the
-    second pass starts the pool again and covers only the workload not yet called."""
+def _twice_in_a_session(problem: Problem, tmp_path: Path) -> tuple[EvalResult, EvalResult]:
     solution = _compiled(problem)
     with Guard(problem, _config(tmp_path, 2)) as guard:
         session = guard.open_session(solution)
@@ -89,6 +93,45 @@ def test_a_compiled_solution_passes_after_compile_passes(problem: Problem, tmp_p
             second = guard.evaluate(solution, list(problem.workloads[:2]), session=session)
         finally:
             session.close()
+    return first, second
+
+
+def _once(
+    problem: Problem, tmp_path: Path, sol: Solution, workers: int, budget: float | None
+) -> EvalResult:
+    """``sol`` judged on the first workload by a fresh guard (``warm_budget_s=budget``)."""
+    with Guard(problem, _config(tmp_path, workers)) as guard:
+        return guard.evaluate(sol, list(problem.workloads[:1]), warm_budget_s=budget)
+
+
+@pytest.fixture(scope="module")
+def judged(
+    request: pytest.FixtureRequest, problem: Problem, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[Any]]]:
+    """Each test's judgements (a fresh guard and cache each), started together (``_shared``'s
+    ``started_ahead``): the tests below check them, and none of their claims is a timing."""
+    plain = load_solution(example_dir("rmsnorm_h512") / "solution_pytorch.json")
+    compiled, evil = _compiled(problem), _compiled(problem, evil=True)
+    tiny = MIN_PASS_S - 1  # a budget too small for a pass (no note where none applies)
+    no_pass = "test_no_pass_without_a_runtime_compile_or_workers"
+    jobs: dict[str, Callable[[], Any]] = {
+        name: partial(job, problem, tmp_path_factory.mktemp("pool"), *args)
+        for name, job, args in [
+            ("test_a_compiled_solution_passes_after_compile_passes", _twice_in_a_session, ()),
+            ("test_a_process_left_by_a_pool_job_is_a_reward_hack", _once, (evil, 2, None)),
+            (f"{no_pass}[no runtime compile]", _once, (plain, 2, tiny)),
+            (f"{no_pass}[no workers]", _once, (compiled, 0, tiny)),
+            ("test_no_pass_starts_on_a_budget_smaller_than_the_pools_start", _once,
+             (compiled, 2, tiny)),
+        ]
+    }  # fmt: skip
+    yield from started_ahead(request, jobs)
+
+
+def test_a_compiled_solution_passes_after_compile_passes(judged: dict[str, Future[Any]]) -> None:
+    """Two evaluations in one session (the search's screening, then its full stage): the
+    second pass starts the pool again and covers only the workload not yet called."""
+    first, second = judged["test_a_compiled_solution_passes_after_compile_passes"].result()
     for res, n in ((first, 1), (second, 2)):
         statuses = [t.evaluation.status.value for t in res.traces if t.evaluation]
         assert statuses == ["PASSED"] * n, [o.log for o in res.outcomes]
@@ -98,9 +141,8 @@ def test_a_compiled_solution_passes_after_compile_passes(problem: Problem, tmp_p
         assert any("compile pass: 1 workload(s) called once with 2 Inductor" in n for n in notes)
 
 
-def test_a_process_left_by_a_pool_job_is_a_reward_hack(problem: Problem, tmp_path: Path) -> None:
-    with Guard(problem, _config(tmp_path, 2)) as guard:
-        res = guard.evaluate(_compiled(problem, evil=True), list(problem.workloads[:1]))
+def test_a_process_left_by_a_pool_job_is_a_reward_hack(judged: dict[str, Future[Any]]) -> None:
+    res = judged["test_a_process_left_by_a_pool_job_is_a_reward_hack"].result()
     outcome = res.outcomes[0]
     assert outcome.status.value == "REWARD_HACK", outcome.log
     assert "REWARD_HACK[subprocess]" in (outcome.log or ""), outcome.log
@@ -110,16 +152,12 @@ def test_a_process_left_by_a_pool_job_is_a_reward_hack(problem: Problem, tmp_pat
 
 @pytest.mark.parametrize("case", ["no runtime compile", "no workers"])
 def test_no_pass_without_a_runtime_compile_or_workers(
-    problem: Problem, tmp_path: Path, case: str
+    judged: dict[str, Future[Any]], case: str
 ) -> None:
-    if case == "no runtime compile":
-        sol = load_solution(example_dir("rmsnorm_h512") / "solution_pytorch.json")
-        workers = 2
-    else:
-        sol, workers = _compiled(problem), 0
-    with Guard(problem, _config(tmp_path, workers)) as guard:
-        # A budget too small for a pass: still no note where no pass applies at all.
-        res = guard.evaluate(sol, list(problem.workloads[:1]), warm_budget_s=MIN_PASS_S - 1)
+    """Without a runtime compile (the plain solution, 2 workers) or without workers (the
+    compiled one, ``compile_workers`` 0), under a budget too small for a pass: no pass and
+    no note of one."""
+    res = judged[f"test_no_pass_without_a_runtime_compile_or_workers[{case}]"].result()
     assert res.outcomes[0].status.value == "PASSED", res.outcomes[0].log
     assert not any("compile pass" in n for n in res.outcomes[0].notes)
     assert "compile_pass" not in res.phases_s
@@ -134,14 +172,11 @@ def test_no_pass_without_a_runtime_compile_or_workers(
 
 
 def test_no_pass_starts_on_a_budget_smaller_than_the_pools_start(
-    problem: Problem, tmp_path: Path
+    judged: dict[str, Future[Any]],
 ) -> None:
     """A budget under MIN_PASS_S (the pool's start alone would spend it): no pool, a note
     says why, and the solution is judged (and compiled) as usual."""
-    with Guard(problem, _config(tmp_path, 2)) as guard:
-        tiny = guard.evaluate(
-            _compiled(problem), list(problem.workloads[:1]), warm_budget_s=MIN_PASS_S - 1
-        )
+    tiny = judged["test_no_pass_starts_on_a_budget_smaller_than_the_pools_start"].result()
     assert tiny.outcomes[0].status.value == "PASSED", tiny.outcomes[0].log
     notes = tiny.outcomes[0].notes
     assert any("compile pass skipped: 19.0 s left" in n for n in notes), notes

@@ -11,6 +11,11 @@ failures (crash, segfault, timeout, wrong values/shape/dtype, compile errors), a
 but unusual solutions that must pass without a false alarm. The parent environment carries
 a fake OPENAI_API_KEY so that a candidate can check that secrets do not reach it.
 
+The verdicts of the files a session selects are judged up front, ``LANES`` (``_shared``) at
+a time, each lane with guards and workers of its own (as a loaded machine would run them:
+no file comes near its time limit but the ones that hang); each test then checks its own
+file's verdict.
+
 Not covered: timing figures, the SOL score. Files marked ``needs: cuda`` only run with a
 GPU (device ``cuda``); everything else runs on CPU.
 """
@@ -19,12 +24,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import queue
 import re
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _shared import LANES
 
 from kernelarc.examples import example_dir, example_solutions
 from kernelarc.problem.axes import resolve_axes
@@ -182,21 +191,24 @@ def test_parse_header_rejects_bad_headers(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- through the guard
 
-GuardGetter = Callable[[str, str, float, bool], tuple[Any, Any]]
+GuardGetter = Callable[..., tuple[Any, Any]]
+Verdicts = dict[str, Any]
 
 
 @pytest.fixture(scope="module")
 def guards() -> Iterator[GuardGetter]:
-    """One Guard per (problem, device, timeout, strict) for the whole module."""
+    """One Guard per (problem, device, timeout, strict) and lane for the whole module."""
     from kernelarc.guard.evaluator import Guard, GuardConfig
     from kernelarc.problem.loader import load_problem
 
     with pytest.MonkeyPatch.context() as mp, contextlib.ExitStack() as stack:
         mp.setenv("OPENAI_API_KEY", FAKE_SECRET)
-        cache: dict[tuple[str, str, float, bool], tuple[Any, Any]] = {}
+        cache: dict[tuple[str, str, float, bool, int], tuple[Any, Any]] = {}
 
-        def get(problem_name: str, device: str, timeout: float, strict: bool) -> tuple[Any, Any]:
-            key = (problem_name, device, timeout, strict)
+        def get(
+            problem_name: str, device: str, timeout: float, strict: bool, lane: int = 0
+        ) -> tuple[Any, Any]:
+            key = (problem_name, device, timeout, strict, lane)
             if key not in cache:
                 problem = load_problem(example_dir(problem_name))
                 config = GuardConfig(
@@ -211,6 +223,93 @@ def guards() -> Iterator[GuardGetter]:
             return cache[key]
 
         yield get
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One solution to judge, and the guard it is judged by."""
+
+    solution: Solution
+    problem: str
+    device: str
+    timeout: float
+    strict: bool
+
+
+@functools.cache
+def _problem(name: str) -> Any:
+    """The example problem ``name``, loaded once (for its name and workloads; each guard
+    loads its own)."""
+    from kernelarc.problem.loader import load_problem
+
+    return load_problem(example_dir(name))
+
+
+def _job(item: pytest.Item) -> Job | None:
+    """The judgement ``item`` (a test of this module) checks; None for the other tests and
+    for files this machine cannot run (their test skips)."""
+    params = getattr(item, "callspec", None)
+    params = params.params if params is not None else {}
+    try:
+        if "case" in params:
+            case: Case = params["case"]
+            device = _device_for(case.needs)
+            solution = build_solution(case, _problem(case.problem).definition.name)
+            return Job(solution, case.problem, device, case.timeout, case.strict_precision)
+        if "key" in params:
+            problem_name, file_name, strict = params["key"]
+            device = _device_for(EXAMPLE_VERDICTS[params["key"]][0])
+            path = example_dir(problem_name) / file_name
+            solution = Solution.model_validate_json(path.read_text())
+            return Job(solution, problem_name, device, DEFAULT_TIMEOUT, strict)
+    except pytest.skip.Exception:
+        return None
+    return None
+
+
+@pytest.fixture(scope="module")
+def verdicts(request: pytest.FixtureRequest, guards: GuardGetter) -> Verdicts:
+    """The guard's result (or the error it raised) for every test of this module in the
+    session, by node id: judged ``LANES`` at once. The jobs of the guard most of them need
+    are shared by every lane; those of each other guard go to one lane (whose guard then
+    starts once), before it takes shared ones. A test missing here (none should be) judges
+    its file itself."""
+    here = request.node.path
+    jobs: dict[tuple[Any, ...], list[tuple[str, Job]]] = {}
+    for item in request.session.items:
+        job = _job(item) if item.path == here else None
+        if job is not None:
+            key = (job.problem, job.device, job.timeout, job.strict)
+            jobs.setdefault(key, []).append((item.nodeid, job))
+    by_size = sorted(jobs.values(), key=len, reverse=True)
+    queues: list[queue.Queue[tuple[str, Job]]] = [queue.Queue() for _ in range(LANES + 1)]
+    for n, group in enumerate(by_size):  # queues[LANES]: shared
+        for entry in group:
+            queues[LANES if n == 0 else (n - 1) % LANES].put(entry)
+    results: Verdicts = {}
+
+    def lane(i: int) -> None:
+        while True:
+            try:
+                nodeid, job = queues[i].get_nowait()
+            except queue.Empty:
+                try:
+                    nodeid, job = queues[LANES].get_nowait()
+                except queue.Empty:
+                    return
+            try:
+                problem, guard = guards(job.problem, job.device, job.timeout, job.strict, i)
+                workloads = _smallest_workloads(problem)
+                results[nodeid] = guard.evaluate(job.solution, workloads=workloads)
+            except Exception as e:  # the test raises it
+                results[nodeid] = e
+
+    threads = [threading.Thread(target=lane, args=(i,)) for i in range(LANES)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
 
 
 def _smallest_workloads(problem: Any, n: int = 2) -> list[Any]:
@@ -239,6 +338,7 @@ def _judge(
     guards: GuardGetter,
     solution: Solution,
     *,
+    judged: Any,
     problem_name: str,
     device: str,
     timeout: float,
@@ -248,9 +348,14 @@ def _judge(
     what: str,
     triton: bool,
 ) -> None:
-    problem, guard = guards(problem_name, device, timeout, strict)
-    workloads = _smallest_workloads(problem)
-    result = guard.evaluate(solution, workloads=workloads)
+    """Check ``judged``, the guard's result for ``solution`` (judged here when None)."""
+    workloads = _smallest_workloads(_problem(problem_name))
+    if isinstance(judged, Exception):
+        raise judged
+    if judged is None:
+        _, guard = guards(problem_name, device, timeout, strict)
+        judged = guard.evaluate(solution, workloads=workloads)
+    result = judged
     assert sorted(t.workload.uuid for t in result.traces) == sorted(w.uuid for w in workloads)
     for trace in result.traces:
         ev = trace.evaluation
@@ -266,12 +371,14 @@ def _judge(
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.rel for c in CASES])
-def test_corpus_file(case: Case, guards: GuardGetter) -> None:
+def test_corpus_file(
+    case: Case, guards: GuardGetter, verdicts: Verdicts, request: pytest.FixtureRequest
+) -> None:
     device = _device_for(case.needs)
-    problem, _ = guards(case.problem, device, case.timeout, case.strict_precision)
     _judge(
         guards,
-        build_solution(case, problem.definition.name),
+        build_solution(case, _problem(case.problem).definition.name),
+        judged=verdicts.get(request.node.nodeid),
         problem_name=case.problem,
         device=device,
         timeout=case.timeout,
@@ -303,7 +410,12 @@ def test_every_example_solution_has_a_verdict() -> None:
 @pytest.mark.parametrize(
     "key", sorted(EXAMPLE_VERDICTS), ids=lambda k: f"{k[0]}/{k[1]}{'-strict' if k[2] else ''}"
 )
-def test_example_solution_verdict(key: tuple[str, str, bool], guards: GuardGetter) -> None:
+def test_example_solution_verdict(
+    key: tuple[str, str, bool],
+    guards: GuardGetter,
+    verdicts: Verdicts,
+    request: pytest.FixtureRequest,
+) -> None:
     problem_name, file_name, strict = key
     needs, status, check = EXAMPLE_VERDICTS[key]
     device = _device_for(needs)
@@ -311,6 +423,7 @@ def test_example_solution_verdict(key: tuple[str, str, bool], guards: GuardGette
     _judge(
         guards,
         solution,
+        judged=verdicts.get(request.node.nodeid),
         problem_name=problem_name,
         device=device,
         timeout=DEFAULT_TIMEOUT,

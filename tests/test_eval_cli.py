@@ -12,18 +12,23 @@ Python API are in ``test_guard_isolation.py``.
 
 Not covered: GPU timing, the roofline columns of the table, ``--compile-baseline`` runs.
 Solution sources live in ``tests/data/``; each test wraps one in a ``solution.json`` in a
-temporary folder. Runs shared by several tests are module-scoped fixtures.
+temporary folder. The runs that judge a solution start together, in a module-scoped
+fixture; the tests (and the fixtures runs shared by several tests) wait for theirs.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
-from _shared import check_trace_lines, write_solution
+from _shared import check_trace_lines, started_ahead, write_solution
 
 from kernelarc.env import parent_environment
 from kernelarc.problem.loader import load_problem
@@ -85,12 +90,38 @@ def check_traces(run: CliRun, lines: list[str], statuses: list[str]) -> list[Tra
 
 
 @pytest.fixture(scope="module")
-def passed(tmp_path_factory: pytest.TempPathFactory) -> CliRun:
-    out = tmp_path_factory.mktemp("passed") / "traces.jsonl"
-    return run_eval(
-        [str(EXAMPLE), "--solution", str(EXAMPLE / "solution_pytorch.json"), *FAST, "--json"],
-        out=out,
-    )
+def runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[Any]]]:
+    """The CLI runs of this module that judge a solution, each in a folder of its own, started
+    together (``_shared``'s ``started_ahead``), by the fixture or test that checks them:
+    nothing they are checked for is a timing. The longest (two runs) first."""
+    tmp = tmp_path_factory.mktemp
+    example = [str(EXAMPLE), "--solution", str(EXAMPLE / "solution_pytorch.json"), *FAST]
+    numerics = (DATA / "numerics_split.py").read_text()
+    markup = write_solution(tmp("markup") / "sol", MARKUP, "markup")
+    jobs: dict[str, Callable[[], Any]] = {
+        "numerics": partial(_run_twice, [tmp("numerics0"), tmp("numerics1")], numerics),
+        "passed": partial(run_eval, [*example, "--json"], out=tmp("passed") / "traces.jsonl"),
+        "test_syntax_error_is_compile_error_with_file_and_line": partial(
+            _run_source, tmp("syntax"), SYNTAX_ERROR, "syntax_error"
+        ),
+        "timer_patch": partial(
+            _run_source, tmp("timer"), (DATA / "timer_patch.py").read_text(), "timer_patch"
+        ),
+        "test_markup_in_a_candidate_error_does_not_crash_the_cli": partial(
+            run_eval,
+            [str(EXAMPLE), "--solution", str(markup), *FAST[:2], "--workloads", "0"]
+            + ["--rounds", "1"],
+        ),
+    }
+    yield from started_ahead(request, jobs)
+
+
+@pytest.fixture(scope="module")
+def passed(runs: dict[str, Future[Any]]) -> CliRun:
+    result: CliRun = runs["passed"].result()
+    return result
 
 
 def test_all_passed_exits_0_with_a_trace_per_workload(passed: CliRun) -> None:
@@ -172,21 +203,26 @@ def _run_source(tmp: Path, source: str, name: str, *extra: str) -> CliRun:
     return run_eval([str(EXAMPLE), "--solution", str(sol), *FAST, *extra], out=tmp / "traces.jsonl")
 
 
-def test_syntax_error_is_compile_error_with_file_and_line(tmp_path: Path) -> None:
-    run = _run_source(
-        tmp_path,
-        "import torch\n\ndef run(hidden_states, weight, output)\n    pass\n",
-        "syntax_error",
-    )
+def _run_twice(tmps: list[Path], source: str) -> list[CliRun]:
+    """numerics_split.py's ``source`` judged twice (two separate CLI runs)."""
+    return [_run_source(tmp, source, "numerics_split") for tmp in tmps]
+
+
+SYNTAX_ERROR = "import torch\n\ndef run(hidden_states, weight, output)\n    pass\n"
+MARKUP = "def run(hidden_states, weight, output):\n    raise RuntimeError('bad [/x] tag')\n"
+
+
+def test_syntax_error_is_compile_error_with_file_and_line(runs: dict[str, Future[Any]]) -> None:
+    run = runs["test_syntax_error_is_compile_error_with_file_and_line"].result()
     assert run.rc == 1, run.describe()
     for trace in check_traces(run, run.trace_lines, ["COMPILE_ERROR", "COMPILE_ERROR"]):
         assert trace.evaluation is not None and "s.py:3" in trace.evaluation.log
 
 
 @pytest.fixture(scope="module")
-def timer_patch(tmp_path_factory: pytest.TempPathFactory) -> CliRun:
-    tmp = tmp_path_factory.mktemp("timer")
-    return _run_source(tmp, (DATA / "timer_patch.py").read_text(), "timer_patch")
+def timer_patch(runs: dict[str, Future[Any]]) -> CliRun:
+    result: CliRun = runs["timer_patch"].result()
+    return result
 
 
 def test_timer_patch_is_reward_hack(timer_patch: CliRun) -> None:
@@ -202,12 +238,8 @@ def test_table_names_the_check_that_fired(timer_patch: CliRun) -> None:
     assert "REWARD_HACK[timer-patch]" in timer_patch.stdout, timer_patch.describe()
 
 
-def test_markup_in_a_candidate_error_does_not_crash_the_cli(tmp_path: Path) -> None:
-    src = "def run(hidden_states, weight, output):\n    raise RuntimeError('bad [/x] tag')\n"
-    sol = write_solution(tmp_path / "sol", src, "markup")
-    run = run_eval(
-        [str(EXAMPLE), "--solution", str(sol), *FAST[:2], "--workloads", "0", "--rounds", "1"]
-    )
+def test_markup_in_a_candidate_error_does_not_crash_the_cli(runs: dict[str, Future[Any]]) -> None:
+    run = runs["test_markup_in_a_candidate_error_does_not_crash_the_cli"].result()
     assert run.rc == 1 and "Traceback" not in run.stderr, run.describe()
     assert "bad [/x] tag" in run.stdout, run.describe()
 
@@ -216,13 +248,10 @@ def test_markup_in_a_candidate_error_does_not_crash_the_cli(tmp_path: Path) -> N
 
 
 @pytest.fixture(scope="module")
-def numerics(tmp_path_factory: pytest.TempPathFactory) -> list[CliRun]:
+def numerics(runs: dict[str, Future[Any]]) -> list[CliRun]:
     """numerics_split.py judged twice (two separate CLI runs)."""
-    source = (DATA / "numerics_split.py").read_text()
-    return [
-        _run_source(tmp_path_factory.mktemp(f"numerics{i}"), source, "numerics_split")
-        for i in range(2)
-    ]
+    result: list[CliRun] = runs["numerics"].result()
+    return result
 
 
 def test_any_failure_exits_1_and_failing_numerics_carry_correctness(numerics: list[CliRun]) -> None:

@@ -12,7 +12,7 @@ keeps one reference worker (and its cached reference timings) and never reuses t
 of a candidate that failed.
 
 Not covered: GPU crashes (illegal memory access), OOM kills, PID-namespace views of the
-parent's ``/proc`` (see ``tests/corpus``).
+parent's ``/proc`` (see ``tests/corpus``). The CLI runs after the hang test's start together.
 """
 
 from __future__ import annotations
@@ -22,11 +22,15 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
-from _shared import check_trace_lines, write_solution
+from _shared import check_trace_lines, started_ahead, write_solution
 
 from kernelarc.env import parent_environment
 from kernelarc.problem.loader import load_problem
@@ -133,46 +137,14 @@ def log_of(trace: Trace) -> str:
 # ---------------------------------------------------------------- crash survival
 
 
-def test_segfault_on_first_workload_then_a_fresh_worker_passes(tmp_path: Path) -> None:
-    run = judge(tmp_path, "segfault_first.py")
-    assert run.rc == 1, run.describe()
-    crashed, passed = check_traces(run, ["RUNTIME_ERROR", "PASSED"])
-    assert "SIGSEGV" in log_of(crashed), log_of(crashed)
-    assert passed.evaluation is not None and passed.evaluation.performance is not None
-    assert "Traceback" not in run.stderr, run.describe()
-    assert run.leftover == []
-
-
-def test_raise_and_os_exit_are_runtime_errors(tmp_path: Path) -> None:
-    run = judge(tmp_path, "raise_then_exit.py")
-    assert run.rc == 1, run.describe()
-    raised, exited = check_traces(run, ["RUNTIME_ERROR", "RUNTIME_ERROR"])
-    assert "ka-test deliberate failure" in log_of(raised), log_of(raised)
-    assert "exited with code 3" in log_of(exited), log_of(exited)
-    assert "Traceback" not in run.stderr, run.describe()
-    assert run.leftover == []
-
-
 def test_hang_on_first_workload_is_timeout_then_next_passes(tmp_path: Path) -> None:
+    """First in this module, before ``runs`` starts the other CLI runs: the next workload's
+    fresh worker must start and be judged within the same 5 s limit, on a machine left to it."""
     run = judge(tmp_path, "hang_first.py", "--timeout", "5")
     assert run.rc == 1, run.describe()
     hung, _ = check_traces(run, ["TIMEOUT", "PASSED"])
     assert "time limit of 5 s" in log_of(hung), log_of(hung)
     assert run.wall_s < 60, f"the 1000 s sleep was not cut short: {run.wall_s:.0f} s"
-    assert run.leftover == []
-
-
-# ---------------------------------------------------------------- secrets, network
-
-
-def test_secrets_do_not_reach_the_candidate(tmp_path: Path) -> None:
-    dump = tmp_path / "env.json"
-    run = judge(tmp_path, "env_dump.py", replace={"@OUT@": str(dump)}, env_extra=SECRETS)
-    check_traces(run, ["PASSED", "PASSED"])
-    seen = json.loads(dump.read_text())
-    assert "PATH" in seen["names"]
-    assert sorted(set(SECRETS) & set(seen["names"])) == []
-    assert sorted(set(SECRETS.values()) & set(seen["values"])) == []
     assert run.leftover == []
 
 
@@ -186,11 +158,79 @@ def _unshare_net_works() -> bool:
         return False
 
 
-@pytest.mark.skipif(not _unshare_net_works(), reason="unshare --net is not permitted here")
-def test_network_connection_is_reward_hack_and_log_names_isolation(tmp_path: Path) -> None:
+UNSHARE_NET = _unshare_net_works()
+
+
+@pytest.fixture(scope="module")
+def runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[Any]]]:
+    """The CLI runs of the tests below, each in a folder of its own, started together
+    (``_shared``'s ``started_ahead``): none of their claims is a timing."""
+    tmp = tmp_path_factory.mktemp
+    jobs: dict[str, Callable[[], Any]] = {
+        "test_segfault_on_first_workload_then_a_fresh_worker_passes": partial(
+            judge, tmp("segfault"), "segfault_first.py"
+        ),
+        "test_raise_and_os_exit_are_runtime_errors": partial(
+            judge, tmp("raise"), "raise_then_exit.py"
+        ),
+        "test_secrets_do_not_reach_the_candidate": partial(_dump_env, tmp("env")),
+    }
+    if UNSHARE_NET:
+        network = "test_network_connection_is_reward_hack_and_log_names_isolation"
+        jobs[network] = partial(judge, tmp("net"), "network_connect.py")
+    yield from started_ahead(request, jobs)
+
+
+def test_segfault_on_first_workload_then_a_fresh_worker_passes(
+    runs: dict[str, Future[Any]],
+) -> None:
+    run = runs["test_segfault_on_first_workload_then_a_fresh_worker_passes"].result()
+    assert run.rc == 1, run.describe()
+    crashed, passed = check_traces(run, ["RUNTIME_ERROR", "PASSED"])
+    assert "SIGSEGV" in log_of(crashed), log_of(crashed)
+    assert passed.evaluation is not None and passed.evaluation.performance is not None
+    assert "Traceback" not in run.stderr, run.describe()
+    assert run.leftover == []
+
+
+def test_raise_and_os_exit_are_runtime_errors(runs: dict[str, Future[Any]]) -> None:
+    run = runs["test_raise_and_os_exit_are_runtime_errors"].result()
+    assert run.rc == 1, run.describe()
+    raised, exited = check_traces(run, ["RUNTIME_ERROR", "RUNTIME_ERROR"])
+    assert "ka-test deliberate failure" in log_of(raised), log_of(raised)
+    assert "exited with code 3" in log_of(exited), log_of(exited)
+    assert "Traceback" not in run.stderr, run.describe()
+    assert run.leftover == []
+
+
+# ---------------------------------------------------------------- secrets, network
+
+
+def _dump_env(tmp_path: Path) -> tuple[CliRun, Path]:
+    """env_dump.py judged with secret-looking variables set; the file it wrote."""
+    dump = tmp_path / "env.json"
+    return judge(tmp_path, "env_dump.py", replace={"@OUT@": str(dump)}, env_extra=SECRETS), dump
+
+
+def test_secrets_do_not_reach_the_candidate(runs: dict[str, Future[Any]]) -> None:
+    run, dump = runs["test_secrets_do_not_reach_the_candidate"].result()
+    check_traces(run, ["PASSED", "PASSED"])
+    seen = json.loads(dump.read_text())
+    assert "PATH" in seen["names"]
+    assert sorted(set(SECRETS) & set(seen["names"])) == []
+    assert sorted(set(SECRETS.values()) & set(seen["values"])) == []
+    assert run.leftover == []
+
+
+@pytest.mark.skipif(not UNSHARE_NET, reason="unshare --net is not permitted here")
+def test_network_connection_is_reward_hack_and_log_names_isolation(
+    runs: dict[str, Future[Any]],
+) -> None:
     from kernelarc.guard.isolation import probe_isolation
 
-    run = judge(tmp_path, "network_connect.py")
+    run = runs["test_network_connection_is_reward_hack_and_log_names_isolation"].result()
     assert run.rc == 1, run.describe()
     level = probe_isolation().description
     assert "network" in level, level

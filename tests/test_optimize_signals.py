@@ -1,7 +1,7 @@
 """Ctrl-C during `kernelarc optimize` stops cleanly: the best so far is written, the run's
 status says it was interrupted, and `--resume` continues it to the full budget. SIGTERM
 (`timeout`, a batch scheduler) stops it the same way, at once: no confirmation or
-composition is judged after it."""
+composition is judged after it. Each test's runs are its own; they run at once."""
 
 from __future__ import annotations
 
@@ -11,8 +11,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+import pytest
+from _shared import started_ahead
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
 FAST = ["--device", "cpu", "--full-iterations", "5", "--full-warmup", "1"]
@@ -22,10 +28,14 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "kernelarc.cli.main", *args]
 
 
-def _as_from_a_terminal() -> None:
-    """SIGINT's default in the child, also when this test run was started in the background
-    (where a shell starts jobs with SIGINT ignored, and `kernelarc optimize` keeps it so)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def _as_from_a_terminal(cmd: list[str]) -> list[str]:
+    """``cmd`` with SIGINT's default, also when this test run was started in the background
+    (where a shell starts jobs with SIGINT ignored, and `kernelarc optimize` keeps it so): a
+    small Python process sets it, then becomes ``cmd`` (``exec``, the same process id). Not
+    ``preexec_fn``, which is unsafe where threads run (these runs start from threads)."""
+    reset = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    reset += "os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", reset, *cmd]
 
 
 def _seeds(tmp_path: Path) -> list[str]:
@@ -54,11 +64,10 @@ def _stopped_after_the_first_candidate(
     args = ["optimize", str(EXAMPLE), "--agents", "reference", "--budget", "3"]
     args += ["--run-dir", str(run), *_seeds(tmp_path), *FAST]
     proc = subprocess.Popen(
-        _cli(*args),
+        _as_from_a_terminal(_cli(*args)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_as_from_a_terminal,
     )
     deadline = time.monotonic() + 240
     assert proc.stderr is not None
@@ -80,13 +89,12 @@ def _stopped_after_the_first_candidate(
     return status, args
 
 
-def test_sigint_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
+def _interrupted_then_resumed(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Stopped by SIGINT, then ``--resume``: the status after each."""
     status, args = _stopped_after_the_first_candidate(tmp_path, signal.SIGINT)
-    assert 1 <= status["evaluated"] < 3
-
     done = subprocess.run(_cli(*args, "--resume"), capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr
-    status = json.loads(
+    finished = json.loads(
         subprocess.run(
             _cli("status", str(tmp_path / "run"), "--json"),
             check=True,
@@ -94,21 +102,14 @@ def test_sigint_stops_cleanly_and_resume_finishes(tmp_path: Path) -> None:
             text=True,
         ).stdout
     )
-    assert status["evaluated"] >= 3 or status["stopped"] == "every agent is done"
-    ids = status["candidate_ids"]
-    assert len(ids) == len(set(ids))
+    return status, finished
 
 
-def test_sigterm_hands_over_the_best_so_far_at_once(tmp_path: Path) -> None:
-    status, _ = _stopped_after_the_first_candidate(tmp_path, signal.SIGTERM)
-    assert status["confirmations"] == [] and status["composed"] == []
-    events = (tmp_path / "run" / "events.jsonl").read_text().splitlines()
-    stops = [e for e in map(json.loads, events) if e["kind"] == "interrupted"]
-    assert len(stops) == 1 and stops[0]["signal"] == "SIGTERM", stops
-
-
-def test_memory_file_carries_conclusions_across_runs(tmp_path: Path) -> None:
+def _two_runs_with_one_memory(tmp_path: Path) -> tuple[list[str], Path]:
+    """Two runs with the same ``--memory`` file: its text after each run; the folder of the
+    runs (``run1``, ``run2``)."""
     memory = tmp_path / "lessons.jsonl"
+    seen = []
     for i in (1, 2):
         run = tmp_path / f"run{i}"
         r = subprocess.run(
@@ -130,7 +131,51 @@ def test_memory_file_carries_conclusions_across_runs(tmp_path: Path) -> None:
             timeout=300,
         )
         assert r.returncode == 0, r.stderr
-        lines = memory.read_text().splitlines()
+        seen.append(memory.read_text())
+    return seen, tmp_path
+
+
+@pytest.fixture(scope="module")
+def runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[Any]]]:
+    """Each test's runs (its own run directories), started together (``_shared``'s
+    ``started_ahead``): the tests check what they left; none of their claims is a timing."""
+    jobs: dict[str, Callable[[], Any]] = {
+        "test_sigint_stops_cleanly_and_resume_finishes": partial(
+            _interrupted_then_resumed, tmp_path_factory.mktemp("sigint")
+        ),
+        "test_sigterm_hands_over_the_best_so_far_at_once": partial(
+            _stopped_after_the_first_candidate, tmp_path_factory.mktemp("sigterm"), signal.SIGTERM
+        ),
+        "test_memory_file_carries_conclusions_across_runs": partial(
+            _two_runs_with_one_memory, tmp_path_factory.mktemp("memory")
+        ),
+    }
+    yield from started_ahead(request, jobs)
+
+
+def test_sigint_stops_cleanly_and_resume_finishes(runs: dict[str, Future[Any]]) -> None:
+    status, finished = runs["test_sigint_stops_cleanly_and_resume_finishes"].result()
+    assert 1 <= status["evaluated"] < 3
+    assert finished["evaluated"] >= 3 or finished["stopped"] == "every agent is done"
+    ids = finished["candidate_ids"]
+    assert len(ids) == len(set(ids))
+
+
+def test_sigterm_hands_over_the_best_so_far_at_once(runs: dict[str, Future[Any]]) -> None:
+    status, args = runs["test_sigterm_hands_over_the_best_so_far_at_once"].result()
+    assert status["confirmations"] == [] and status["composed"] == []
+    run_dir = Path(args[args.index("--run-dir") + 1])
+    events = (run_dir / "events.jsonl").read_text().splitlines()
+    stops = [e for e in map(json.loads, events) if e["kind"] == "interrupted"]
+    assert len(stops) == 1 and stops[0]["signal"] == "SIGTERM", stops
+
+
+def test_memory_file_carries_conclusions_across_runs(runs: dict[str, Future[Any]]) -> None:
+    memory, tmp_path = runs["test_memory_file_carries_conclusions_across_runs"].result()
+    for i, text in enumerate(memory, start=1):
+        lines = text.splitlines()
         assert json.loads(lines[0]) == {"kernelarc_memory": 1}
         assert len(lines) - 1 == i  # one lesson per run, the first run's kept
     events = [json.loads(x) for x in (tmp_path / "run2" / "events.jsonl").read_text().splitlines()]

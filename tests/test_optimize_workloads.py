@@ -1,13 +1,18 @@
 """`kernelarc optimize --workloads`: a run that judges a subset of the problem's workloads
 (for problems whose full judgement does not fit the user's time), recorded in the run's
 configuration so that `--resume` keeps it, and said in the status; the guard's timer
-(`--cupti`), recorded the same way."""
+(`--cupti`), recorded the same way. The runs that judge start together."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 
+import pytest
+from _shared import started_ahead
 from data.orchestrator.harness import kernelarc
 
 from kernelarc.problem.loader import load_problem
@@ -21,9 +26,49 @@ def _judged_uuids(run_dir: Path) -> set[str]:
     return {json.loads(x)["workload"]["uuid"] for x in lines if x.strip()}
 
 
+@pytest.fixture(scope="module")
+def runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[None]]]:
+    """The runs of the tests that judge (each below, with its checks, in a folder of its
+    own), started together (``_shared``'s ``started_ahead``): none checks a timing."""
+    jobs: dict[str, Callable[[], None]] = {
+        name: partial(job, tmp_path_factory.mktemp("run"))
+        for name, job in (
+            (
+                "test_a_run_on_chosen_workloads_judges_only_those_and_resume_keeps_them",
+                _chosen_workloads_then_resumed,
+            ),
+            ("test_a_full_run_says_nothing_of_workloads", _a_full_run),
+            (
+                "test_the_timer_is_checked_and_recorded_in_the_run_configuration",
+                _the_timer_checked_and_recorded,
+            ),
+        )
+    }
+    yield from started_ahead(request, jobs)
+
+
 def test_a_run_on_chosen_workloads_judges_only_those_and_resume_keeps_them(
-    tmp_path: Path,
+    runs: dict[str, Future[None]],
 ) -> None:
+    """``_chosen_workloads_then_resumed``, run by ``runs``."""
+    runs["test_a_run_on_chosen_workloads_judges_only_those_and_resume_keeps_them"].result()
+
+
+def test_a_full_run_says_nothing_of_workloads(runs: dict[str, Future[None]]) -> None:
+    """``_a_full_run``, run by ``runs``."""
+    runs["test_a_full_run_says_nothing_of_workloads"].result()
+
+
+def test_the_timer_is_checked_and_recorded_in_the_run_configuration(
+    runs: dict[str, Future[None]],
+) -> None:
+    """``_the_timer_checked_and_recorded``, run by ``runs``."""
+    runs["test_the_timer_is_checked_and_recorded_in_the_run_configuration"].result()
+
+
+def _chosen_workloads_then_resumed(tmp_path: Path) -> None:
     uuids = [w.uuid for w in load_problem(EXAMPLE).workloads]
     run_dir = tmp_path / "run"
     base = ["optimize", str(EXAMPLE), "--agents", "reference", "--run-dir", str(run_dir), *FAST]
@@ -58,7 +103,7 @@ def test_an_unknown_workload_is_a_usage_error_before_any_run(tmp_path: Path) -> 
     assert not run_dir.exists()
 
 
-def test_a_full_run_says_nothing_of_workloads(tmp_path: Path) -> None:
+def _a_full_run(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     args = ["optimize", str(EXAMPLE), "--agents", "reference", "--budget", "1"]
     p = kernelarc([*args, "--run-dir", str(run_dir), *FAST, "--json"], tmp_path, 300)
@@ -68,7 +113,7 @@ def test_a_full_run_says_nothing_of_workloads(tmp_path: Path) -> None:
     assert len(_judged_uuids(run_dir)) == 6
 
 
-def test_the_timer_is_checked_and_recorded_in_the_run_configuration(tmp_path: Path) -> None:
+def _the_timer_checked_and_recorded(tmp_path: Path) -> None:
     from kernelarc.store.sqlite import SQLiteStore
 
     run_dir = tmp_path / "run"

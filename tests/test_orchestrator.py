@@ -15,8 +15,9 @@ conclusions-only memory (contents per round, top-k bound, code refused, off swit
 board (snapshot per round, frozen, own incumbent, off switch), plateau-triggered drafting
 (and its off switch), shape-gated composition kept as the best solution, ablations recorded
 in the store, resume after SIGKILL in a real subprocess (before and after a candidate is
-judged), ``kernelarc status --json`` and one real ``kernelarc optimize`` with the built-in
-agents.
+judged; both cases at once), ``kernelarc status --json`` and one real ``kernelarc optimize``
+with the built-in agents (started with the module's first test, beside the in-process
+searches). The tests that finish the composed run again do so on copies of it.
 
 Also: the judging order under a time limit (cheap proposals first), the time kept for the
 composition, the reference fallback.
@@ -30,13 +31,17 @@ files across runs.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _shared import started_ahead
 from data.orchestrator.harness import (
     EXAMPLE,
     GUARD_CONFIG,
@@ -775,15 +780,24 @@ def test_no_fallback_when_the_chosen_solution_is_the_reference(
     assert run.payloads("best")[-1]["candidate"] == run.ids("A")[0], info
 
 
+def resumable_copy(run: Search, tmp_path: Path) -> Path:
+    """A copy of ``run``'s finished run directory (its store and files) to resume or finish
+    again, leaving the module's run as the other tests read it."""
+    copy = tmp_path / "run"
+    shutil.copytree(run.run_dir, copy)
+    return copy
+
+
 def test_a_resumed_finish_composes_the_agents_candidates_afresh(
-    guard: Guard, problem: Problem, tmp_path: Path
+    guard: Guard, problem: Problem, compose_run: Search, tmp_path: Path
 ) -> None:
     """Finishing again (a resumed run whose budget is spent) composes the agents' full
     passes, never the earlier composition."""
 
-    first = search(guard, problem, tmp_path, split_agents("r"), budget=2)
+    first = compose_run
     [composed] = first.payloads("composition")
-    again = search(guard, problem, tmp_path, split_agents("r"), budget=2)
+    run_dir = resumable_copy(first, tmp_path)
+    again = search(guard, problem, run_dir, split_agents("c"), budget=2)
     info = again.describe()
     compositions = again.payloads("composition")
     assert len(compositions) == 2, info
@@ -791,20 +805,21 @@ def test_a_resumed_finish_composes_the_agents_candidates_afresh(
 
 
 def test_no_composition_starts_with_less_time_left_than_its_parts_took(
-    guard: Guard, problem: Problem, tmp_path: Path
+    guard: Guard, problem: Problem, compose_run: Search, tmp_path: Path
 ) -> None:
     """Under a time limit the composition is skipped, with an event saying why, when less
     time is left than the longest judgement of its parts (it would overrun the limit and be
     cut); with enough left it is judged."""
     from kernelarc.orchestration.finish import finish
 
-    first = search(guard, problem, tmp_path, split_agents("t"), budget=2)
+    first = compose_run
     assert len(first.payloads("composition")) == 1, first.describe()
     a_id, b_id = first.ids("A")[0], first.ids("B")[0]
+    run_dir = resumable_copy(first, tmp_path)
     config = run_config(problem, ["A", "B"], budget=2, time_limit_s=100.0)
-    store = SQLiteStore(tmp_path / "store.sqlite")
+    store = SQLiteStore(run_dir / "store.sqlite")
     try:
-        orch = Orchestrator(problem, split_agents("t"), config, RunDir(tmp_path), store, guard, {})
+        orch = Orchestrator(problem, split_agents("c"), config, RunDir(run_dir), store, guard, {})
         orch.started -= 80.0  # 20 s of the 100 s left
         orch.full_s.update({a_id: 50.0, b_id: 1.0})
         finish(orch)
@@ -903,14 +918,18 @@ def test_resume_rebuilds_the_boards_former_incumbents(
 
 @pytest.fixture(scope="module")
 def resumed_runs(problem: Problem, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Resumed]:
-    return {
-        "before-judging": kill_and_resume(
-            tmp_path_factory.mktemp("kill-draft"), problem, {"event": "draft", "nth": 1}
-        ),
-        "after-judging": kill_and_resume(
-            tmp_path_factory.mktemp("kill-evaluated"), problem, {"event": "evaluated", "nth": 2}
-        ),
+    """Both cases at once, each in its own processes, run directory and guard: what they
+    check depends on no timing but A's first candidate being its fastest (by 5 ms a call)."""
+    kills = {
+        "before-judging": ("kill-draft", {"event": "draft", "nth": 1}),
+        "after-judging": ("kill-evaluated", {"event": "evaluated", "nth": 2}),
     }
+    with ThreadPoolExecutor(max_workers=len(kills)) as pool:
+        futures = {
+            case: pool.submit(kill_and_resume, tmp_path_factory.mktemp(name), problem, kill)
+            for case, (name, kill) in kills.items()
+        }
+        return {case: fut.result() for case, fut in futures.items()}
 
 
 def check_resumed(r: Resumed) -> None:
@@ -1035,14 +1054,33 @@ def test_status_json_prints_the_contract(compose_run: Search, tmp_path: Path) ->
     assert status["best"]["all_passed"] is True, status
 
 
-@pytest.mark.slow
-def test_optimize_cli_with_builtin_agents(tmp_path: Path) -> None:
+def _optimize_with_builtin_agents(tmp_path: Path) -> tuple[Any, Any, Path]:
+    """``kernelarc optimize`` with the reference and compiler agents (budget 3), then
+    ``kernelarc status --json`` of its run (None if it failed); the run directory."""
     run_dir = tmp_path / "run"
     args = ["optimize", str(EXAMPLE), "--agents", "reference,compiler", "--budget", "3"]
     args += ["--device", "cpu", "--full-iterations", "5", "--full-warmup", "1"]
     p = kernelarc([*args, "--run-dir", str(run_dir)], tmp_path, 400)
+    s = kernelarc(["status", str(run_dir), "--json"], tmp_path, 120) if p.returncode == 0 else None
+    return p, s, run_dir
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cli_run(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[Any]]]:
+    """The real ``kernelarc optimize`` (its own processes, guard and run directory), started
+    with this module's first test (``_shared``'s ``started_ahead``) while the in-process
+    searches run: what its test checks is no timing (either agent may win)."""
+    name = "test_optimize_cli_with_builtin_agents"
+    jobs = {name: partial(_optimize_with_builtin_agents, tmp_path_factory.mktemp("cli"))}
+    yield from started_ahead(request, jobs)
+
+
+@pytest.mark.slow
+def test_optimize_cli_with_builtin_agents(cli_run: dict[str, Future[Any]]) -> None:
+    p, s, run_dir = cli_run["test_optimize_cli_with_builtin_agents"].result()
     assert p.returncode == 0, f"stdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-5000:]}"
-    s = kernelarc(["status", str(run_dir), "--json"], tmp_path, 120)
     assert s.returncode == 0, s.stderr
     status = json.loads(s.stdout)
     check_status_contract(status, run_dir)

@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from data.orchestrator.harness import EXAMPLE, GUARD_CONFIG, rms, run_config, search
+from data.orchestrator.harness import (
+    EXAMPLE,
+    GUARD_CONFIG,
+    rms,
+    run_config,
+    search,
+    waits_for_a_verdict,
+)
 
 from kernelarc.agents.types import AgentContext, Proposal
 from kernelarc.guard.evaluator import Guard
@@ -50,7 +57,7 @@ def _after(
             time.sleep(0.01)
         return Proposal(solution=solution, hypothesis="slower", reference_point=point)
 
-    return step
+    return waits_for_a_verdict(step)
 
 
 def test_a_reference_point_is_judged_in_full_where_the_same_candidate_is_not(

@@ -8,7 +8,8 @@ default on CUDA) the next spare starts as soon as a candidate takes its worker a
 torch.compile before its first request, and compiled and plain solutions both pass in such
 workers (the pre-imported modules raise no finding); the preparation for CUDA answers
 Inductor's vector-ISA check without its Python subprocess, the one for the CPU runs it. Not
-covered: what this saves on the H200 (benchmarks, docs/PERFORMANCE.md).
+covered: what this saves on the H200 (benchmarks, docs/PERFORMANCE.md). Each test's guard
+or process is its own (a fresh Inductor cache: a cold compile); they run at once.
 """
 
 from __future__ import annotations
@@ -16,9 +17,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
+from _shared import started_ahead
 
 from kernelarc.examples import example_dir
 from kernelarc.guard.evaluator import EvalResult, Guard, GuardConfig
@@ -56,14 +62,68 @@ def _passed(res: EvalResult) -> None:
     assert statuses == ["PASSED"] * len(res.outcomes), [o.log for o in res.outcomes]
 
 
-def test_on_the_cpu_the_compiled_solution_prepares_in_its_own_setup(
-    problem: Problem, tmp_path: Path
-) -> None:
+def _default_on_the_cpu(problem: Problem, tmp_path: Path) -> tuple[bool, EvalResult]:
+    """Whether a spare waited once a candidate took its worker; the compiled solution's
+    result (that worker killed: the next candidate gets a new one)."""
     with Guard(problem, _config(tmp_path, None)) as guard:
         worker = guard.candidate_worker()
-        assert guard._spare is None  # the next spare waits until this candidate is done
+        no_spare = guard._spare is None
         worker.kill()
-        res = guard.evaluate(_compiled(problem), list(problem.workloads[:1]))
+        return no_spare, guard.evaluate(_compiled(problem), list(problem.workloads[:1]))
+
+
+def _early_spare(problem: Problem, tmp_path: Path) -> tuple[bool, EvalResult, EvalResult]:
+    """Whether a preparing spare was up at once; the compiled and the plain solution's
+    results in the spares that followed."""
+    plain = load_solution(example_dir("rmsnorm_h512") / "solution_pytorch.json")
+    with Guard(problem, _config(tmp_path, True)) as guard:
+        worker = guard.candidate_worker()
+        spare = guard._spare
+        started = spare is not None and spare.alive() and bool(spare.prewarm)
+        worker.kill()
+        compiled = guard.evaluate(_compiled(problem), list(problem.workloads[:1]))
+        after = guard.evaluate(plain, list(problem.workloads[:1]))
+    return started, compiled, after
+
+
+def _probe(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    return subprocess.run(
+        [sys.executable, "-c", PROBE_SCRIPT, mode],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def prepared(
+    request: pytest.FixtureRequest, problem: Problem, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[Any]]]:
+    """Each test's guard (a fresh cache each) or probe process, started together
+    (``_shared``'s ``started_ahead``): the tests check what they found; none of their claims
+    is a timing (a phase's share of its own total at most)."""
+    isa = "test_the_preparation_settles_the_vector_isa_check"
+    jobs: dict[str, Callable[[], Any]] = {
+        "test_on_the_cpu_the_compiled_solution_prepares_in_its_own_setup": partial(
+            _default_on_the_cpu, problem, tmp_path_factory.mktemp("default")
+        ),
+        "test_an_early_spare_prepares_torch_compile_before_its_candidate": partial(
+            _early_spare, problem, tmp_path_factory.mktemp("early")
+        ),
+        **{
+            f"{isa}[{mode}]": partial(_probe, tmp_path_factory.mktemp("probe"), mode)
+            for mode in ("probe", "no-probe")
+        },
+    }
+    yield from started_ahead(request, jobs)
+
+
+def test_on_the_cpu_the_compiled_solution_prepares_in_its_own_setup(
+    prepared: dict[str, Future[Any]],
+) -> None:
+    no_spare, res = prepared[
+        "test_on_the_cpu_the_compiled_solution_prepares_in_its_own_setup"
+    ].result()
+    assert no_spare  # the next spare waits until this candidate is done
     _passed(res)
     phases = res.phases_s
     assert phases["load.entry"] > 0 and phases["load.prewarm"] > 0, phases
@@ -73,16 +133,12 @@ def test_on_the_cpu_the_compiled_solution_prepares_in_its_own_setup(
 
 
 def test_an_early_spare_prepares_torch_compile_before_its_candidate(
-    problem: Problem, tmp_path: Path
+    prepared: dict[str, Future[Any]],
 ) -> None:
-    plain = load_solution(example_dir("rmsnorm_h512") / "solution_pytorch.json")
-    with Guard(problem, _config(tmp_path, True)) as guard:
-        worker = guard.candidate_worker()
-        spare = guard._spare
-        assert spare is not None and spare.alive() and spare.prewarm  # started at once
-        worker.kill()
-        compiled = guard.evaluate(_compiled(problem), list(problem.workloads[:1]))
-        after = guard.evaluate(plain, list(problem.workloads[:1]))
+    started, compiled, after = prepared[
+        "test_an_early_spare_prepares_torch_compile_before_its_candidate"
+    ].result()
+    assert started  # the next spare started at once, preparing
     for res in (compiled, after):
         _passed(res)
         assert res.phases_s["spare_prewarm"] > 0, res.phases_s
@@ -110,15 +166,13 @@ print(during, len(python_children()) - during)
 
 
 @pytest.mark.parametrize("mode", ["probe", "no-probe"])
-def test_the_preparation_settles_the_vector_isa_check(tmp_path: Path, mode: str) -> None:
+def test_the_preparation_settles_the_vector_isa_check(
+    prepared: dict[str, Future[Any]], mode: str
+) -> None:
     """Before the sentinel is armed: with the probe, Inductor's Python subprocesses run
     during the preparation and none during the compile; without it (CUDA), none at all, and
     a CPU compile still computes the right thing (scalar code)."""
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE_SCRIPT, mode],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
-    )  # fmt: skip
+    out = prepared[f"test_the_preparation_settles_the_vector_isa_check[{mode}]"].result()
     assert out.returncode == 0, out.stderr[-3000:]
     during, after = map(int, out.stdout.split()[-2:])
     assert after == 0, out.stdout

@@ -11,7 +11,8 @@ its coordinate descent (kept moves, direction, no repeats, convergence), conclus
 state round trip; a tuned candidate judged by the real guard on the CPU
 (``TRITON_INTERPRET=1``, set by the guard); seed + tuner through the real orchestrator,
 where the tuner takes up the seed's incumbent from the board; ``kernelarc optimize
---agents tuner --seed-solution`` in a subprocess and its errors for bad files.
+--agents tuner --seed-solution`` in a subprocess (started with the module's first test, run
+beside the others) and its errors for bad files.
 
 The orchestrator and CLI tests need the two shared changes of this task's report: the
 orchestrator honouring ``waits_for_board`` and ``tuner`` in the registry.
@@ -29,10 +30,13 @@ import subprocess
 import sys
 import tokenize
 from collections.abc import Iterator
+from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
-from _shared import agent_context
+from _shared import agent_context, started_ahead
 from data.orchestrator.harness import GUARD_CONFIG, cli_env, read_store, run_config
 
 from kernelarc.agents.conformance import check_agent
@@ -694,7 +698,9 @@ def _kernelarc(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_cli_seed_solution_with_the_tuner(small_problem: Path, tmp_path: Path) -> None:
+def _seed_then_tuner_cli(small_problem: Path, tmp_path: Path) -> tuple[Any, Any, Path]:
+    """``kernelarc optimize --agents tuner --seed-solution`` (budget 3), then the same run
+    resumed without its seed; the run directory."""
     seed_file = tmp_path / "seed" / "solution.json"
     seed_file.parent.mkdir()
     seed_file.write_text(triton_solution(RMS_ROWS).model_dump_json(indent=2))
@@ -705,6 +711,27 @@ def test_cli_seed_solution_with_the_tuner(small_problem: Path, tmp_path: Path) -
         "--full-iterations", "3", "--full-warmup", "1", "--timeout", "120",
         cwd=tmp_path,
     )  # fmt: skip
+    again = _kernelarc(
+        "optimize", str(small_problem), "--agents", "tuner", "--device", "cpu",
+        "--run-dir", str(run_dir), "--resume", cwd=tmp_path,
+    )  # fmt: skip
+    return proc, again, run_dir
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cli_run(
+    request: pytest.FixtureRequest, small_problem: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[Any]]]:
+    """The CLI run (its own processes and run directory), started with this module's first
+    test (``_shared``'s ``started_ahead``) while the rest run: its test checks counts and
+    links of candidates, no timing."""
+    name = "test_cli_seed_solution_with_the_tuner"
+    jobs = {name: partial(_seed_then_tuner_cli, small_problem, tmp_path_factory.mktemp("cli"))}
+    yield from started_ahead(request, jobs)
+
+
+def test_cli_seed_solution_with_the_tuner(cli_run: dict[str, Future[Any]]) -> None:
+    proc, again, run_dir = cli_run["test_cli_seed_solution_with_the_tuner"].result()
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads(proc.stdout)
     agents = {a["name"]: a for a in summary["agents"]}
@@ -715,10 +742,6 @@ def test_cli_seed_solution_with_the_tuner(small_problem: Path, tmp_path: Path) -
     seed_id = next(c.id for c in cands if c.agent == "seed")
     assert all(c.parent_id for c in cands if c.agent == "tuner")
     assert next(c for c in cands if c.agent == "tuner").parent_id == seed_id
-    again = _kernelarc(
-        "optimize", str(small_problem), "--agents", "tuner", "--device", "cpu",
-        "--run-dir", str(run_dir), "--resume", cwd=tmp_path,
-    )  # fmt: skip
     assert again.returncode == 2 and "resume it with the same files" in again.stderr
 
 

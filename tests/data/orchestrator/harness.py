@@ -14,15 +14,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
 from kernelarc.env import parent_environment
 from kernelarc.examples import example_dir
 from kernelarc.guard.evaluator import Guard, GuardConfig
+from kernelarc.orchestration import schedule
 from kernelarc.orchestration.config import RunConfig, StageConfig
 from kernelarc.orchestration.orchestrator import Orchestrator
 from kernelarc.orchestration.rundir import RunDir
@@ -32,6 +33,7 @@ from kernelarc.proposers.scripted import ScriptedAgent, Step
 from kernelarc.store.base import CandidateRecord, EvaluationRecord, EventRecord
 from kernelarc.store.sqlite import SQLiteStore
 
+StepFn = TypeVar("StepFn", bound=Callable[[AgentContext], Proposal])
 EXAMPLE = example_dir("rmsnorm_h512")
 RUN_SCRIPTED = Path(__file__).resolve().parent / "run_scripted.py"
 SCREEN = StageConfig(rounds=2, warmup=1, iterations=3)
@@ -39,6 +41,11 @@ FULL = StageConfig(rounds=2, warmup=1, iterations=5)
 # The reference is timed with the guard's own protocol: the same small one as the full stage.
 GUARD_CONFIG = GuardConfig(device="cpu", timeout=120, rounds=2, warmup=1, iterations=5)
 WAIT_S = 300.0
+BLOCKED_FIRST_WAIT_S = 1.0
+"""The first judgement's wait for the agents' first proposals (``FIRST_ROUND_WAIT_S``, 10 s)
+in a search where an agent's first step waits for another agent's verdict: that proposal
+cannot come before the first judgement, so the full wait would only delay the search. 1 s
+still gathers every first proposal that is ready at once (its own test keeps the 10 s)."""
 
 SOURCE = '''"""RMSNorm variant {tag} for the orchestrator tests."""
 
@@ -85,6 +92,12 @@ def rms_solution(tag: str, content: str) -> Solution:
     )
 
 
+def waits_for_a_verdict(step: StepFn) -> StepFn:
+    """Marks a step that returns only once another agent has a verdict (see ``search``)."""
+    step.waits_for_a_verdict = True  # type: ignore[attr-defined]
+    return step
+
+
 def after(other: ScriptedAgent, n: int, solution: Solution) -> Step:
     """A step that proposes ``solution`` only once ``other`` has observed ``n`` results, so
     that the guard judges ``other``'s candidates first whatever the thread timing."""
@@ -101,7 +114,7 @@ def after(other: ScriptedAgent, n: int, solution: Solution) -> Step:
             mode="draft" if context.must_draft else "refine",
         )
 
-    return step
+    return waits_for_a_verdict(step)
 
 
 class CodeClaimAgent(ScriptedAgent):
@@ -187,15 +200,23 @@ def search(
     agents: Sequence[ScriptedAgent],
     **overrides: Any,
 ) -> Search:
-    """Build the orchestrator as ``kernelarc optimize`` does, run it, read its store."""
+    """Build the orchestrator as ``kernelarc optimize`` does, run it, read its store. Where
+    an agent's first step waits for a verdict, the first judgement waits at most
+    ``BLOCKED_FIRST_WAIT_S`` for the first proposals."""
     config = run_config(problem, [a.name for a in agents], **overrides)
     run_dir.mkdir(parents=True, exist_ok=True)
+    firsts = [(getattr(a, "steps", None) or [None])[0] for a in agents]  # scripted agents'
+    blocked = any(getattr(step, "waits_for_a_verdict", False) for step in firsts)
+    first_wait = schedule.FIRST_ROUND_WAIT_S
+    if blocked:
+        schedule.FIRST_ROUND_WAIT_S = min(first_wait, BLOCKED_FIRST_WAIT_S)
     store = SQLiteStore(run_dir / "store.sqlite")
     try:
         orch = Orchestrator(problem, list(agents), config, RunDir(run_dir), store, guard, {})
         summary = orch.run()
     finally:
         store.close()
+        schedule.FIRST_ROUND_WAIT_S = first_wait
     cands, evals, concl, events = read_store(run_dir / "store.sqlite")
     by_name = {a.name: a for a in agents}
     return Search(summary, run_dir, by_name, cands, evals, concl, events, config)
