@@ -96,10 +96,12 @@ def test_a_run_ends_at_its_time_limit_though_a_proposal_never_returns(tmp_path: 
     problem = load_problem(EXAMPLE)
     step = tmp_path / "a0.json"
     step.write_text(rms("a0").model_dump_json())
-    # A's candidate must pass both stages within the limit: 15 s did not suffice once
-    # under a CI run slowed ~17% (evaluated 1, passed 0), though it takes ~8 s alone
-    limit = 25.0
-    config = run_config(problem, ["A", "B"], budget=4, time_limit_s=limit)
+    # A's candidate must pass both stages within the limit, after the first judgement's
+    # wait for B's first proposal, which never comes: 15 s with a 10 s wait did not suffice
+    # once under a CI run slowed ~17% (evaluated 1, passed 0), though it takes ~8 s alone;
+    # a 1 s wait leaves 17 s of 18
+    limit = 18.0
+    config = run_config(problem, ["A", "B"], budget=4, time_limit_s=limit, first_round_wait_s=1.0)
     run_dir = tmp_path / "run"
     spec = {
         "problem": str(EXAMPLE),

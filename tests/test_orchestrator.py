@@ -239,18 +239,17 @@ def test_the_first_pick_waits_for_the_first_proposals(
     guard: Guard,
     problem: Problem,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     wait_s: float,
 ) -> None:
     """A's first proposal (class priority 10) is ready at once; B's, with priority 50, takes
     0.5 s to build. The first judgement waits for the first proposals (up to
-    ``FIRST_ROUND_WAIT_S``), so B is judged first; with no wait, A's, ready alone, is."""
-    from kernelarc.orchestration import schedule
-
-    monkeypatch.setattr(schedule, "FIRST_ROUND_WAIT_S", wait_s)
+    the run's ``first_round_wait_s``), so B is judged first; with no wait, A's, ready alone,
+    is."""
     a = Ranked([rms("fa", fail=True)], name="A")
     b = ScriptedAgent([later(0.5, rms("fb", fail=True), priority=50)], name="B")
-    run = search(guard, problem, tmp_path, [a, b], budget=2, time_limit_s=3600.0)
+    run = search(
+        guard, problem, tmp_path, [a, b], budget=2, time_limit_s=3600.0, first_round_wait_s=wait_s
+    )
     order = "".join(c.agent for c in run.candidates)
     assert order == ("BA" if wait_s else "AB"), run.describe()
 

@@ -58,6 +58,11 @@ class RunConfig(BaseModel):
     workloads: list[str] | None = Field(default=None, min_length=1)
     """The uuids of the workloads the run judges (``--workloads``); None: all the problem's.
     A solution found on a subset is verified on that subset only."""
+    first_round_wait_s: float = Field(default=10.0, ge=0)
+    """How long the first judgement of a process waits for the agents' first proposals
+    (less under a time limit with less left; ``schedule.gather_first_round``): the first
+    pick is then made among all of them by priority, not by which agent returned first. 0:
+    no wait."""
     confirm: bool = True
     """Judge the chosen solution again in a new process with empty JIT caches before handing
     it over, and a runner-up when its speed does not reproduce (``confirm.py``)."""

@@ -2,7 +2,7 @@
 judged at all, when to warn that a full evaluation cannot fit. Functions of the
 :class:`~kernelarc.orchestration.orchestrator.Orchestrator` state, which calls them; nothing
 here runs without a time limit except the priority order and the first pick's wait for the
-agents' first proposals.
+agents' first proposals (``RunConfig.first_round_wait_s``).
 """
 
 from __future__ import annotations
@@ -26,17 +26,13 @@ taken this share of the time limit (60 s of 240 s), or no cheap proposal is read
 NO_TIME_FACTOR = 2.0
 """A proposal whose screening is expected to take over this many times the time left is not
 judged (the limit would cut it: nothing learnt, and the run ends past its limit)."""
-FIRST_ROUND_WAIT_S = 10.0
-"""How long the first judgement of a process waits for the agents' first proposals (less
-under a time limit with less left): the first pick is then made by ``judging_order`` among
-all of them rather than by which agent's ``propose`` returned first."""
 
 
 def gather_first_round(
     orch: Orchestrator, inflight: dict[Future[Any], str], done: set[Future[Any]]
 ) -> set[Future[Any]]:
     """``done`` and every other proposal in ``inflight`` that becomes ready within
-    ``FIRST_ROUND_WAIT_S``. Called once per process, before its first judgement: the order
+    the run's ``first_round_wait_s``. Called once per process, before its first judgement: the order
     of the first candidates then follows their priorities, not thread timing. On the H200
     (2026-12-03, L2 025, one code tree) the precision agent's TF32 policy was ready at once
     and judged on the reference (96 s) while the rewrite agent was still building its
@@ -44,7 +40,7 @@ def gather_first_round(
     240 s limit then left no time for TF32 on the grouped loop (4.55x in the run before,
     where the rewrite happened to be ready first; 1.51x in this one)."""
     rest = set(inflight) - done
-    until = time.monotonic() + min(FIRST_ROUND_WAIT_S, max(orch.time_left(), 0.0))
+    until = time.monotonic() + min(orch.config.first_round_wait_s, max(orch.time_left(), 0.0))
     while rest and (left := until - time.monotonic()) > 0:
         got = orch.executor.wait_any(rest, timeout=left)
         if not got:

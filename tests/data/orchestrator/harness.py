@@ -23,7 +23,6 @@ from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Pr
 from kernelarc.env import parent_environment
 from kernelarc.examples import example_dir
 from kernelarc.guard.evaluator import Guard, GuardConfig
-from kernelarc.orchestration import schedule
 from kernelarc.orchestration.config import RunConfig, StageConfig
 from kernelarc.orchestration.orchestrator import Orchestrator
 from kernelarc.orchestration.rundir import RunDir
@@ -42,7 +41,7 @@ FULL = StageConfig(rounds=2, warmup=1, iterations=5)
 GUARD_CONFIG = GuardConfig(device="cpu", timeout=120, rounds=2, warmup=1, iterations=5)
 WAIT_S = 300.0
 BLOCKED_FIRST_WAIT_S = 1.0
-"""The first judgement's wait for the agents' first proposals (``FIRST_ROUND_WAIT_S``, 10 s)
+"""The first judgement's wait for the agents' first proposals (``first_round_wait_s``, 10 s)
 in a search where an agent's first step waits for another agent's verdict: that proposal
 cannot come before the first judgement, so the full wait would only delay the search. 1 s
 still gathers every first proposal that is ready at once (its own test keeps the 10 s)."""
@@ -203,20 +202,17 @@ def search(
     """Build the orchestrator as ``kernelarc optimize`` does, run it, read its store. Where
     an agent's first step waits for a verdict, the first judgement waits at most
     ``BLOCKED_FIRST_WAIT_S`` for the first proposals."""
+    firsts = [(getattr(a, "steps", None) or [None])[0] for a in agents]  # scripted agents'
+    if any(getattr(step, "waits_for_a_verdict", False) for step in firsts):
+        overrides.setdefault("first_round_wait_s", BLOCKED_FIRST_WAIT_S)
     config = run_config(problem, [a.name for a in agents], **overrides)
     run_dir.mkdir(parents=True, exist_ok=True)
-    firsts = [(getattr(a, "steps", None) or [None])[0] for a in agents]  # scripted agents'
-    blocked = any(getattr(step, "waits_for_a_verdict", False) for step in firsts)
-    first_wait = schedule.FIRST_ROUND_WAIT_S
-    if blocked:
-        schedule.FIRST_ROUND_WAIT_S = min(first_wait, BLOCKED_FIRST_WAIT_S)
     store = SQLiteStore(run_dir / "store.sqlite")
     try:
         orch = Orchestrator(problem, list(agents), config, RunDir(run_dir), store, guard, {})
         summary = orch.run()
     finally:
         store.close()
-        schedule.FIRST_ROUND_WAIT_S = first_wait
     cands, evals, concl, events = read_store(run_dir / "store.sqlite")
     by_name = {a.name: a for a in agents}
     return Search(summary, run_dir, by_name, cands, evals, concl, events, config)
