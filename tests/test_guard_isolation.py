@@ -320,8 +320,10 @@ def test_guard_reuses_the_reference_worker_but_not_a_failed_candidate(
 
 def test_the_reference_worker_compiles_with_caches_of_its_own(tmp_path: Path) -> None:
     """The reference worker (where the torch.compile baseline compiles) gets Inductor and
-    Triton caches that no candidate worker is pointed at, outside the guard's scratch tree,
-    removed when the guard closes; candidates share the configured cache."""
+    Triton caches and a TMPDIR (where torch keeps more Inductor caches) that no candidate
+    worker is pointed at, outside the guard's scratch tree, removed when the guard closes;
+    candidates share the configured cache. No worker builds Inductor's precompiled C++
+    headers (kept under TMPDIR: rebuilt by every guard, 7.5 s of a warm 8 s compile)."""
     from kernelarc.guard.evaluator import Guard, GuardConfig
 
     problem = load_problem(EXAMPLE)
@@ -334,6 +336,10 @@ def test_the_reference_worker_compiles_with_caches_of_its_own(tmp_path: Path) ->
             assert Path(ref_env[key]).parent == private, ref_env[key]
             assert Path(cand_env[key]).parent == (tmp_path / "cache").resolve()
             assert not Path(ref_env[key]).is_relative_to(guard.tmp)
+        assert Path(ref_env["TMPDIR"]).parent == private
+        assert Path(cand_env["TMPDIR"]).is_relative_to(guard.tmp)
+        for env in (ref_env, cand_env):
+            assert env["TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"] == "0"
         started = guard._ref_started or guard._ref
         assert started is not None and started.proc is not None
         environ = Path(f"/proc/{started.proc.pid}/environ").read_bytes().split(b"\0")

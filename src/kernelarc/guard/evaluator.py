@@ -223,11 +223,14 @@ class Guard:
     # ------------------------------------------------------------------ workers
     def _env(self, role: str, jit_cache: Path | None = None) -> dict[str, str]:
         cache = self._ref_cache if role == "reference" else (jit_cache or self.cache)
+        # The reference's TMPDIR is private too: torch keeps more Inductor caches under
+        # TMPDIR whatever TORCHINDUCTOR_CACHE_DIR says (its default cache folder)
+        scratch = self._ref_cache if role == "reference" else self.tmp
         extra = {
             "TRITON_CACHE_DIR": str(cache / "triton"),
             "TORCH_EXTENSIONS_DIR": str(self.cache / "torch_extensions"),
             "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-            "TMPDIR": str(self.tmp / "scratch"),
+            "TMPDIR": str(scratch / "scratch"),
         }
         if self.device == "cpu":
             extra["TRITON_INTERPRET"] = "1"
@@ -237,6 +240,7 @@ class Guard:
         self._workers += 1
         n = self._workers
         (self.tmp / "scratch").mkdir(exist_ok=True)
+        (self._ref_cache / "scratch").mkdir(exist_ok=True)
         return WorkerProcess(
             role,
             isolation=self._isolation_of(role),

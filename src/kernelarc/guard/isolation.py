@@ -80,6 +80,13 @@ def scrubbed_environment(extra: dict[str, str]) -> dict[str, str]:
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
             "TORCHINDUCTOR_COMPILE_THREADS": "1",
+            # No precompiled headers for Inductor's C++ kernels: torch keeps them under
+            # TMPDIR (the guard's scratch, new for every guard, shared by all its workers)
+            # and builds them on a process's first C++ compile even when every kernel is a
+            # disk-cache hit. On a 2-core CPU, torch.compile of a small RMSNorm took 7.5 s
+            # in a candidate worker with warm caches and ~1.9 s without them; cold, 20.6 s
+            # against 12.8 s (2026-12-06, docs/GUARD.md). The kernels are the same.
+            "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0",
         }
     )
     env.update(extra)
