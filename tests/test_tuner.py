@@ -1,21 +1,13 @@
-"""The tuner agent, its tunables finder/rewriter, the seed agent and ``--seed-solution``.
+"""The tuner agent, the seed agent and ``--seed-solution``. The tunables finder and rewriter
+are in test_tunables.py; the Triton sources in ``tests/data/tuner/sources.py``.
 
-Covered: tunable discovery on realistic Triton sources written here (a grouped matmul with
-BLOCK_M/N/K, GROUP_M, num_warps, num_stages and a grid of ``cdiv`` literals; autotune
-config lists, inline and module-level; an elementwise kernel with a ``tl.constexpr``
-BLOCK_SIZE constant; RMSNorm kernels with ROWS rows per program), shape-computed values
-left alone, ambiguous grid links fixed; rewrites that still parse and differ from the
-original in the chosen literals only (token by token); autotune pinning; the tuner's
-choice of bases from the board (Triton only, best first, switching to a better new one),
-its coordinate descent (kept moves, direction, no repeats, convergence), conclusions and
-state round trip; a tuned candidate judged by the real guard on the CPU
+Covered: the tuner's choice of bases from the board (Triton only, best first, switching to
+a better new one), its coordinate descent (kept moves, direction, no repeats, convergence),
+conclusions and state round trip; a tuned candidate judged by the real guard on the CPU
 (``TRITON_INTERPRET=1``, set by the guard); seed + tuner through the real orchestrator,
 where the tuner takes up the seed's incumbent from the board; ``kernelarc optimize
 --agents tuner --seed-solution`` in a subprocess (started with the module's first test, run
 beside the others) and its errors for bad files.
-
-The orchestrator and CLI tests need the two shared changes of this task's report: the
-orchestrator honouring ``waits_for_board`` and ``tuner`` in the registry.
 
 Not covered: CUDA timings (no GPU here), ``tl.dot`` kernels under the guard (the
 interpreter is too slow for matmuls in a unit test; their sources are only rewritten).
@@ -23,12 +15,9 @@ interpreter is too slow for matmuls in a unit test; their sources are only rewri
 
 from __future__ import annotations
 
-import ast
-import io
 import json
 import subprocess
 import sys
-import tokenize
 from collections.abc import Iterator
 from concurrent.futures import Future
 from functools import partial
@@ -38,6 +27,7 @@ from typing import Any
 import pytest
 from _shared import agent_context, started_ahead
 from data.orchestrator.harness import GUARD_CONFIG, cli_env, read_store, run_config
+from data.tuner.sources import RMS_LITERAL, RMS_ROWS, differing_tokens, triton_solution
 
 from kernelarc.agents.conformance import check_agent
 from kernelarc.agents.types import (
@@ -54,324 +44,11 @@ from kernelarc.orchestration.rundir import RunDir
 from kernelarc.problem.loader import Problem, load_problem
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.seed import SeedAgent
-from kernelarc.proposers.tunables import find_tunables, rewrite, solution_tunables
-from kernelarc.proposers.tuner import TunerAgent, moves_of, neighbours
+from kernelarc.proposers.tunables import solution_tunables
+from kernelarc.proposers.tuner import TunerAgent
 from kernelarc.store.sqlite import SQLiteStore
 
 KERNELARC = Path(sys.executable).parent / "kernelarc"
-
-# ------------------------------------------------------------------------------ sources
-
-MATMUL = '''"""Grouped-order matmul (fp16 in, fp32 accumulate)."""
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-            GROUP_M: tl.constexpr):
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(M, BLOCK_M)
-    num_n = tl.cdiv(N, BLOCK_N)
-    group = GROUP_M * num_n
-    first_m = (pid // group) * GROUP_M
-    size_m = min(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group) % size_m
-    pid_n = (pid % group) // size_m
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        a = tl.load(a_ptr + rm[:, None] * sam + (k * BLOCK_K + rk)[None, :] * sak)
-        b = tl.load(b_ptr + (k * BLOCK_K + rk)[:, None] * sbk + rn[None, :] * sbn)
-        acc += tl.dot(a, b)
-    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(tl.float16))
-
-
-def run(a, b, c):
-    M, K = a.shape
-    N = b.shape[1]
-    grid = (triton.cdiv(M, 128) * triton.cdiv(N, 64),)  # one program per tile
-    _matmul[grid](
-        a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-        c.stride(0), c.stride(1),
-        BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, GROUP_M=8,  # tuned on H100
-        num_warps=4, num_stages=3,
-    )
-'''
-
-AUTOTUNE = '''"""Autotuned split-K matmul and an autotuned scale kernel (inline config list)."""
-import triton
-import triton.language as tl
-
-CONFIGS = [
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "SPLIT_K": 1}, num_warps=8, num_stages=3),
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "SPLIT_K": 2}, num_warps=4, num_stages=4),
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "SPLIT_K": 4}, num_warps=4, num_stages=2),
-]
-
-
-@triton.autotune(configs=CONFIGS, key=["M", "N", "K"])
-@triton.jit
-def _mm_splitk(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
-    pass
-
-
-@triton.autotune(
-    configs=[triton.Config({"BLOCK_SIZE": 1024}, num_warps=4)],
-    key=["n"],
-)
-@triton.jit
-def _scale(x_ptr, n, BLOCK_SIZE: tl.constexpr):
-    pass
-
-
-def run(a, b, c):
-    grid = lambda META: (triton.cdiv(a.shape[0], META["BLOCK_M"]), META["SPLIT_K"])
-    _mm_splitk[grid](a, b, c, a.shape[0], b.shape[1], a.shape[1])
-    _scale[lambda META: (triton.cdiv(c.numel(), META["BLOCK_SIZE"]),)](c, c.numel())
-'''
-
-ELEMENTWISE = '''"""y = x * 2 + 1 with a constant block size."""
-import triton
-import triton.language as tl
-
-BLOCK_SIZE: tl.constexpr = tl.constexpr(1024)
-NUM_WARPS = 4
-HIDDEN = 4096
-
-
-@triton.jit
-def _affine(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offs < n
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2 + 1, mask=mask)
-
-
-def run(x, y):
-    n = x.numel()
-    assert n % HIDDEN == 0
-    _affine[(triton.cdiv(n, BLOCK_SIZE),)](x, y, n, BLOCK_SIZE=BLOCK_SIZE, num_warps=NUM_WARPS)
-'''
-
-RMS_ROWS = '''"""RMSNorm, ROWS rows per program (tuner test; runs with TRITON_INTERPRET=1)."""
-
-import torch
-import triton
-import triton.language as tl
-
-EPS = 1e-6
-ROWS = 2
-
-
-@triton.jit
-def _rms_rows(x_ptr, w_ptr, out_ptr, n_rows, n_cols, x_stride, out_stride, eps,
-              BLOCK: tl.constexpr, ROWS: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK)
-    cmask = cols < n_cols
-    mask = (rows < n_rows)[:, None] & cmask[None, :]
-    r64 = rows.to(tl.int64)[:, None]
-    x = tl.load(x_ptr + r64 * x_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-    inv = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / n_cols + eps)
-    y = x * inv[:, None] * w[None, :]
-    tl.store(out_ptr + r64 * out_stride + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-def run(hidden_states: torch.Tensor, weight: torch.Tensor, output: torch.Tensor) -> None:
-    n_rows, n_cols = hidden_states.shape
-    if n_rows == 0:
-        return
-    x = hidden_states.contiguous()
-    w = weight.contiguous()
-    grid = (triton.cdiv(n_rows, ROWS),)
-    _rms_rows[grid](x, w, output, n_rows, n_cols, x.stride(0), output.stride(0), EPS,
-                    BLOCK=triton.next_power_of_2(n_cols), ROWS=ROWS, num_warps=4)
-'''
-
-# ROWS as a literal at the launch: the grid's cdiv literal must move with it.
-RMS_LITERAL = (
-    RMS_ROWS.replace("ROWS = 2\n", "")
-    .replace("grid = (triton.cdiv(n_rows, ROWS),)", "grid = (triton.cdiv(n_rows, 2),)")
-    .replace("ROWS=ROWS, num_warps=4", "ROWS=2, num_warps=4")
-)
-
-# Two tunables of value 64 and a grid literal 64 named after neither: both are fixed.
-AMBIGUOUS = """import triton
-import triton.language as tl
-
-
-@triton.jit
-def _k(x_ptr, TILE_A: tl.constexpr, TILE_B: tl.constexpr):
-    pass
-
-
-def run(x):
-    _k[(triton.cdiv(x.numel(), 64),)](x, TILE_A=64, TILE_B=64, num_warps=2)
-"""
-
-SOURCES = {"mm.py": MATMUL, "auto.py": AUTOTUNE, "ew.py": ELEMENTWISE, "rms.py": RMS_ROWS}
-
-
-def triton_solution(source: str, name: str = "rms_rows_seed") -> Solution:
-    return Solution.model_validate(
-        {
-            "name": name,
-            "definition": "ka_rmsnorm_h512",
-            "author": "kernelarc-tests",
-            "spec": {
-                "languages": ["triton"],
-                "entry_point": "rms.py::run",
-                "destination_passing_style": True,
-            },
-            "sources": [{"path": "rms.py", "content": source}],
-        }
-    )
-
-
-# ------------------------------------------------------------------------------ discovery
-
-
-def _keys(source: str, file: str) -> dict[str, tuple[str, int, int]]:
-    """key -> (kind, value, number of spans)."""
-    return {t.key: (t.kind, t.value, len(t.spans)) for t in find_tunables(source, file).params}
-
-
-def test_matmul_tunables_and_grid_links() -> None:
-    launch = "mm.py::launch:_matmul#0:"
-    assert _keys(MATMUL, "mm.py") == {
-        launch + "BLOCK_M": ("block", 128, 2),
-        launch + "BLOCK_N": ("block", 64, 2),
-        launch + "BLOCK_K": ("block", 32, 1),
-        launch + "GROUP_M": ("group", 8, 1),
-        launch + "num_warps": ("warps", 4, 1),
-        launch + "num_stages": ("stages", 3, 1),
-    }
-    out = rewrite(MATMUL, "mm.py", {launch + "BLOCK_M": 256, launch + "BLOCK_N": 32})
-    assert "grid = (triton.cdiv(M, 256) * triton.cdiv(N, 32),)  # one program per tile" in out
-    assert "BLOCK_M=256, BLOCK_N=32, BLOCK_K=32, GROUP_M=8,  # tuned on H100" in out
-
-
-def test_autotune_and_constants() -> None:
-    keys = _keys(AUTOTUNE, "auto.py")
-    site = "auto.py::autotune:_mm_splitk"
-    assert keys[f"{site}[1]:SPLIT_K"] == ("split", 2, 1)
-    assert keys[f"{site}[2]:num_stages"] == ("stages", 2, 1)
-    assert keys["auto.py::autotune:_scale[0]:BLOCK_SIZE"] == ("block", 1024, 1)
-    assert len([k for k in keys if k.startswith(site)]) == 3 * 5
-    found = find_tunables(AUTOTUNE, "auto.py")
-    assert [(s.key, len(s.configs)) for s in found.autotune] == [
-        (site, 3),
-        ("auto.py::autotune:_scale", 1),
-    ]
-    assert _keys(ELEMENTWISE, "ew.py") == {
-        "ew.py::const:BLOCK_SIZE": ("block", 1024, 1),
-        "ew.py::const:NUM_WARPS": ("warps", 4, 1),
-    }, "HIDDEN is not a tunable name; the launch passes names, not literals"
-
-
-def test_shape_computed_values_are_left_alone() -> None:
-    assert _keys(RMS_ROWS, "rms.py") == {
-        "rms.py::launch:_rms_rows#0:num_warps": ("warps", 4, 1),
-        "rms.py::const:ROWS": ("rows", 2, 1),
-    }, "BLOCK=triton.next_power_of_2(n_cols) is a constraint, not a literal"
-    assert _keys(RMS_LITERAL, "rms.py") == {
-        "rms.py::launch:_rms_rows#0:ROWS": ("rows", 2, 2),
-        "rms.py::launch:_rms_rows#0:num_warps": ("warps", 4, 1),
-    }
-    out = rewrite(RMS_LITERAL, "rms.py", {"rms.py::launch:_rms_rows#0:ROWS": 8})
-    assert "grid = (triton.cdiv(n_rows, 8),)" in out and "ROWS=8, num_warps=4" in out
-
-
-def test_ambiguous_grid_link_fixes_the_tunables() -> None:
-    found = find_tunables(AMBIGUOUS, "amb.py")
-    assert [t.name for t in found.params] == ["num_warps"]
-    assert len(found.fixed) == 2 and all("grid literal" in f for f in found.fixed)
-
-
-def _differing_tokens(a: str, b: str) -> list[tuple[str, str]]:
-    ta = list(tokenize.generate_tokens(io.StringIO(a).readline))
-    tb = list(tokenize.generate_tokens(io.StringIO(b).readline))
-    assert len(ta) == len(tb), "a rewrite changed the token structure"
-    out = []
-    for x, y in zip(ta, tb, strict=True):
-        assert x.type == y.type
-        if x.string != y.string:
-            assert x.type == tokenize.NUMBER, (x, y)
-            out.append((x.string, y.string))
-    return out
-
-
-@pytest.mark.parametrize("file", sorted(SOURCES))
-def test_every_rewrite_parses_and_changes_only_the_chosen_literals(file: str) -> None:
-    source = SOURCES[file]
-    found = find_tunables(source, file)
-    assert found.params
-    for t in found.params:
-        for new in neighbours(t.kind, t.value):
-            out = rewrite(source, file, {t.key: new})
-            ast.parse(out)
-            assert _differing_tokens(source, out) == [(str(t.value), str(new))] * len(t.spans)
-            after = find_tunables(out, file).values()
-            assert after == {**found.values(), t.key: new}
-
-
-def test_pinning_an_autotune_list() -> None:
-    site = "auto.py::autotune:_mm_splitk"
-    out = rewrite(AUTOTUNE, "auto.py", pins={site: 1})
-    ast.parse(out)
-    assert out.count("triton.Config(") == 2  # the pinned one and _scale's
-    assert (
-        'CONFIGS = [triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "SPLIT_K": 2}, '
-        "num_warps=4, num_stages=4)]" in out
-    )
-    pinned = next(s for s in find_tunables(out, "auto.py").autotune if s.key == site)
-    assert pinned.labels == ("BLOCK_M=64 BLOCK_N=128 SPLIT_K=2 num_warps=4 num_stages=4",)
-    rest = AUTOTUNE[AUTOTUNE.index("@triton.autotune(configs=CONFIGS") :]
-    assert out.endswith(rest), "everything after the list is unchanged"
-
-
-def test_rewrite_errors() -> None:
-    with pytest.raises(ValueError, match="no tunable"):
-        rewrite(MATMUL, "mm.py", {"mm.py::launch:_matmul#0:BLOCK_X": 64})
-    with pytest.raises(ValueError, match="positive int"):
-        rewrite(MATMUL, "mm.py", {"mm.py::launch:_matmul#0:BLOCK_M": 0})
-    with pytest.raises(ValueError, match="pinned"):
-        rewrite(
-            AUTOTUNE,
-            "auto.py",
-            {"auto.py::autotune:_mm_splitk[0]:BLOCK_M": 32},
-            {"auto.py::autotune:_mm_splitk": 0},
-        )
-    with pytest.raises(ValueError, match="not within"):
-        rewrite(AUTOTUNE, "auto.py", pins={"auto.py::autotune:_mm_splitk": 3})
-    assert rewrite(MATMUL, "mm.py", {"other.py::const:BLOCK": 4}) == MATMUL
-
-
-def test_neighbours_and_bounds() -> None:
-    assert neighbours("warps", 4) == [8, 2]
-    assert neighbours("warps", 16) == [8] and neighbours("warps", 1) == [2]
-    assert neighbours("warps", 3) == [4, 2]
-    assert neighbours("stages", 1) == [2] and neighbours("stages", 6) == [5]
-    assert neighbours("block", 16) == [32] and neighbours("block", 8192) == [4096]
-    assert neighbours("block", 8) == [16], "a base value below the bound widens it"
-    assert neighbours("rows", 1) == [2] and neighbours("split", 3) == [6]
-
-
-def test_moves_pin_multi_config_lists_and_tune_single_ones() -> None:
-    moves = moves_of(triton_solution(AUTOTUNE))
-    pins = [m for m in moves if m.kind == "pin"]
-    assert [m.new for m in pins] == [0, 1, 2]
-    assert "pinned to config 2/3 (BLOCK_M=64 BLOCK_N=128 SPLIT_K=2" in pins[1].label
-    sets = {m.key for m in moves if m.kind == "set"}
-    assert sets == {"rms.py::autotune:_scale[0]:BLOCK_SIZE", "rms.py::autotune:_scale[0]:num_warps"}
-    bad = triton_solution("def run(:\n")
-    assert moves_of(bad) == [] and "does not parse" in solution_tunables(bad).fixed[0]
 
 
 # ------------------------------------------------------------------------------ tuner
@@ -457,7 +134,7 @@ def test_bases_best_triton_first_then_a_better_newcomer(problem: Problem) -> Non
     board = _board(_view("llm", "c1", 1.2, b), _view("seed", "c2", 1.5, a))
     p1 = tuner.propose(agent_context(problem, board=board))
     assert p1 is not None and p1.parent_id == "c2" and "seed's Triton candidate c2" in p1.hypothesis
-    assert _differing_tokens(a.sources[0].content, p1.solution.sources[0].content) == [("4", "8")]
+    assert differing_tokens(a.sources[0].content, p1.solution.sources[0].content) == [("4", "8")]
     assert p1.solution.author == "kernelarc:tuner" and p1.solution.spec == a.spec
     tuner.observe(_verdict("c3", 1.0))  # no gain (same latency as the base)
     better = triton_solution(RMS_ROWS.replace("num_warps=4", "num_warps=2"), "c")

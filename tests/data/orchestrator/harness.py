@@ -318,3 +318,18 @@ def kernelarc(args: list[str], cwd: Path, timeout: float) -> subprocess.Complete
         text=True,
         timeout=timeout,
     )
+
+
+STATUS_KEYS = {"budget", "evaluated", "passed", "agents", "conclusions", "candidate_ids", "best"}
+
+
+def check_status_contract(status: dict[str, Any], run_dir: Path) -> None:
+    assert STATUS_KEYS <= set(status), status
+    for key in ("budget", "evaluated", "passed", "conclusions"):
+        assert isinstance(status[key], int), (key, status)
+    assert isinstance(status["candidate_ids"], list), status
+    for a in status["agents"]:
+        assert {"name", "strategy", "candidates", "conclusions", "incumbent"} <= set(a), a
+    best = status["best"]
+    assert {"path", "all_passed", "speedup"} <= set(best), best
+    assert Path(best["path"]) == run_dir / "best" / "solution.json", best
