@@ -240,3 +240,40 @@ def test_time_is_kept_for_the_confirmation_and_it_is_skipped_without_it(
         assert store.events("confirmation") == []
     finally:
         store.close()
+
+
+def test_a_confirmation_cut_by_the_time_limit_is_no_failure() -> None:
+    """A confirmation the run's time limit cut (on the H100, Quant 001, 2026-12-06: the
+    search's best, 16/16 passed, was "failed (see traces)" in the report) teaches the
+    memory nothing about the strategy, and the report says it was cut, not failed."""
+    from kernelarc.orchestration.confirm import _lesson
+    from kernelarc.orchestration.judge import TIME_LIMIT
+    from kernelarc.report.markdown import render
+    from kernelarc.report.trajectory import RunReport, Step
+    from kernelarc.store.base import CandidateRecord
+
+    sol = rms("cut")
+    rec = CandidateRecord(id="c0005-A", content_hash=sol.content_hash(), agent="A",
+                          strategy="scripted", mode="draft", solution=sol)  # fmt: skip
+    failed_ev = _ev({"u": 1.0}, passed=False)
+    cut = failed_ev.model_copy(
+        update={"result": failed_ev.result.model_copy(update={"stopped_early": TIME_LIMIT})}
+    )
+    lesson = _lesson(rec, (rec, cut), None, False)
+    assert lesson.outcome == "no_gain" and "the time limit cut" in lesson.claim, lesson
+    failed = _lesson(rec, (rec, failed_ev), None, False)
+    assert failed.outcome == "failed" and "did not pass again" in failed.claim, failed
+
+    def step(stopped: str | None) -> Step:
+        return Step(order=1, candidate_id="c0012-confirmation", agent=CONFIRMER,
+                    strategy="confirmation", parent_id="c0005-A", at_s=1.0, stage="full",
+                    passed=False, score=None, stopped=stopped, improved=False,
+                    best_so_far=None, hypothesis="h")  # fmt: skip
+
+    def text(stopped: str | None) -> str:
+        return render(RunReport(run_dir="r", summary={"problem": "p"}, config={},
+                                steps=[step(stopped)], best_id=None, best_origin=None,
+                                best_workloads=[], conclusions=[], notable=[]))  # fmt: skip
+
+    assert f"| cut ({TIME_LIMIT}) |" in text(TIME_LIMIT)
+    assert "| failed (see traces) |" in text(None)

@@ -141,6 +141,7 @@ def confirm(orch: Orchestrator, chosen: Pass, passes: list[Pass]) -> Pass | None
                 "candidate": fresh[0].id,
                 "of": rec.id,
                 "passed": fresh[1].result.passed,
+                "stopped": fresh[1].result.stopped_early,
                 "score": fresh[1].result.score,
                 "search_score": ev.result.score,
                 "slowdown": None if ratio is None else round(ratio[0], 4),
@@ -165,9 +166,15 @@ def _lesson(
 ) -> Conclusion:
     """The confirmation's lesson, for the run's conclusions and the shared memory: which
     strategy's solution did (not) keep its speed in a new process, by how much."""
+    from kernelarc.orchestration.judge import TIME_LIMIT
+
     what = f"{rec.id} ({rec.agent}: {rec.solution.description or rec.strategy})"[:160]
     outcome: Outcome
-    if not fresh[1].result.passed:
+    if not fresh[1].result.passed and fresh[1].result.stopped_early == TIME_LIMIT:
+        # says nothing about the strategy: not a failure for the shared memory
+        claim = f"{what} was not confirmed: the time limit cut its judgement in a new process"
+        outcome = "no_gain"
+    elif not fresh[1].result.passed:
         why = fresh[1].result.stopped_early or "a workload failed"
         claim, outcome = f"{what} did not pass again in a new process ({why})", "failed"
     elif ratio is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from kernelarc.orchestration.judge import geomean
+from kernelarc.orchestration.judge import TIME_LIMIT, geomean
 from kernelarc.report.trajectory import RunReport
 
 
@@ -133,6 +133,14 @@ def _versus_compile(report: RunReport, n: int) -> list[str]:
     ]
 
 
+def _not_passed(stopped: str | None) -> str:
+    """The score cell of a candidate that did not pass: cut by the run's time limit (which
+    says nothing of the candidate), or failed, and why where the run recorded it."""
+    if stopped == TIME_LIMIT:
+        return f"cut ({TIME_LIMIT})"
+    return f"failed ({stopped or 'see traces'})"
+
+
 def _trajectory(report: RunReport, picture: str | None) -> list[str]:
     if not report.steps:
         return ["No candidate was judged."]
@@ -145,7 +153,7 @@ def _trajectory(report: RunReport, picture: str | None) -> list[str]:
             s.agent,
             s.parent_id or "-",
             s.stage,
-            _x(s.score) if s.passed else f"failed ({s.stopped or 'see traces'})",
+            _x(s.score) if s.passed else _not_passed(s.stopped),
             "yes" if s.improved else "",
             _x(s.best_so_far),
             s.hypothesis,
