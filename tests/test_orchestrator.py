@@ -38,7 +38,6 @@ import pytest
 from _shared import started_ahead
 from data.orchestrator.harness import (
     EXAMPLE,
-    GUARD_CONFIG,
     RESUME_STEPS,
     SOURCE_LINE,
     CodeClaimAgent,
@@ -46,6 +45,8 @@ from data.orchestrator.harness import (
     Search,
     after,
     check_status_contract,
+    example_guard,
+    example_problem,
     fails,
     kernelarc,
     kill_and_resume,
@@ -60,21 +61,14 @@ from kernelarc.agents.types import AgentContext, BoardSnapshot
 from kernelarc.guard.evaluator import Guard
 from kernelarc.orchestration.confirm import CONFIRMER, TRIES
 from kernelarc.orchestration.finish import COMPOSER, FALLBACK
-from kernelarc.problem.loader import Problem, load_problem
+from kernelarc.problem.loader import Problem
 from kernelarc.proposers.scripted import ScriptedAgent
 
 # ---------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module")
-def problem() -> Problem:
-    return load_problem(EXAMPLE)
-
-
-@pytest.fixture(scope="module")
-def guard(problem: Problem) -> Iterator[Guard]:
-    with Guard(problem, GUARD_CONFIG) as g:
-        yield g
+problem = pytest.fixture(scope="module")(example_problem)
+guard = pytest.fixture(scope="module")(example_guard)
 
 
 @pytest.fixture(scope="module")

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from data.orchestrator.harness import (
-    EXAMPLE,
-    GUARD_CONFIG,
     Search,
     after,
     check_status_contract,
+    example_guard,
+    example_problem,
     kernelarc,
     rms,
     run_config,
@@ -35,7 +34,7 @@ from kernelarc.guard.evaluator import Guard
 from kernelarc.orchestration.finish import COMPOSER, FALLBACK
 from kernelarc.orchestration.orchestrator import Orchestrator
 from kernelarc.orchestration.rundir import RunDir
-from kernelarc.problem.loader import Problem, load_problem, load_solution
+from kernelarc.problem.loader import Problem, load_solution
 from kernelarc.problem.schema import Trace
 from kernelarc.proposers.scripted import ScriptedAgent
 from kernelarc.store.sqlite import SQLiteStore
@@ -43,15 +42,8 @@ from kernelarc.store.sqlite import SQLiteStore
 # ---------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module")
-def problem() -> Problem:
-    return load_problem(EXAMPLE)
-
-
-@pytest.fixture(scope="module")
-def guard(problem: Problem) -> Iterator[Guard]:
-    with Guard(problem, GUARD_CONFIG) as g:
-        yield g
+problem = pytest.fixture(scope="module")(example_problem)
+guard = pytest.fixture(scope="module")(example_guard)
 
 
 @pytest.fixture(scope="module")

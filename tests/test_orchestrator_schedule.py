@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
 from data.orchestrator.harness import (
-    EXAMPLE,
-    GUARD_CONFIG,
     WAIT_S,
+    example_guard,
+    example_problem,
     fails,
     rms,
     run_config,
@@ -42,7 +42,7 @@ from kernelarc.orchestration.judge import TIME_LIMIT
 from kernelarc.orchestration.orchestrator import Orchestrator
 from kernelarc.orchestration.rundir import RunDir
 from kernelarc.orchestration.schedule import judging_order, warn_if_full_too_slow
-from kernelarc.problem.loader import Problem, load_problem
+from kernelarc.problem.loader import Problem
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.scripted import ScriptedAgent
 from kernelarc.store.sqlite import SQLiteStore
@@ -50,15 +50,8 @@ from kernelarc.store.sqlite import SQLiteStore
 # ---------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module")
-def problem() -> Problem:
-    return load_problem(EXAMPLE)
-
-
-@pytest.fixture(scope="module")
-def guard(problem: Problem) -> Iterator[Guard]:
-    with Guard(problem, GUARD_CONFIG) as g:
-        yield g
+problem = pytest.fixture(scope="module")(example_problem)
+guard = pytest.fixture(scope="module")(example_guard)
 
 
 # ---------------------------------------------------------------- 1. budget

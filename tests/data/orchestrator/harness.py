@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,7 +26,7 @@ from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.orchestration.config import RunConfig, StageConfig
 from kernelarc.orchestration.orchestrator import Orchestrator
 from kernelarc.orchestration.rundir import RunDir
-from kernelarc.problem.loader import Problem
+from kernelarc.problem.loader import Problem, load_problem
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.scripted import ScriptedAgent, Step
 from kernelarc.store.base import CandidateRecord, EvaluationRecord, EventRecord
@@ -333,3 +333,16 @@ def check_status_contract(status: dict[str, Any], run_dir: Path) -> None:
     best = status["best"]
     assert {"path", "all_passed", "speedup"} <= set(best), best
     assert Path(best["path"]) == run_dir / "best" / "solution.json", best
+
+
+def example_problem() -> Problem:
+    """The bundled example, for a module's ``problem`` fixture:
+    ``problem = pytest.fixture(scope="module")(example_problem)``."""
+    return load_problem(EXAMPLE)
+
+
+def example_guard(problem: Problem) -> Iterator[Guard]:
+    """One CPU guard for a module's in-process searches, for its ``guard`` fixture:
+    ``guard = pytest.fixture(scope="module")(example_guard)``."""
+    with Guard(problem, GUARD_CONFIG) as g:
+        yield g
