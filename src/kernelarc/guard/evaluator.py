@@ -140,12 +140,12 @@ class Guard:
     def _new_worker(self, role: str, jit_cache: Path | None = None) -> WorkerProcess:
         self._workers += 1
         n = self._workers
-        (self.tmp / "scratch").mkdir(exist_ok=True)
-        (self._ref_cache / "scratch").mkdir(exist_ok=True)
+        env = self._env(role, jit_cache)
+        Path(env["TMPDIR"]).mkdir(exist_ok=True)
         return WorkerProcess(
             role,
             isolation=self._isolation_of(role),
-            env=self._env(role, jit_cache),
+            env=env,
             log_path=self.tmp / f"{role}-{n}.log",
             cwd=self.tmp / f"{role}-{n}",
             prewarm=self.device.split(":")[0]

@@ -31,8 +31,8 @@ judged (the limit would cut it: nothing learnt, and the run ends past its limit)
 def gather_first_round(
     orch: Orchestrator, inflight: dict[Future[Any], str], done: set[Future[Any]]
 ) -> set[Future[Any]]:
-    """``done`` and every other proposal in ``inflight`` that becomes ready within
-    the run's ``first_round_wait_s``. Called once per process, before its first judgement: the order
+    """``done`` and every other proposal in ``inflight`` that becomes ready within the run's
+    ``first_round_wait_s``. Called once per process, before its first judgement: the order
     of the first candidates then follows their priorities, not thread timing. On the H200
     (2026-12-03, L2 025, one code tree) the precision agent's TF32 policy was ready at once
     and judged on the reference (96 s) while the rewrite agent was still building its
