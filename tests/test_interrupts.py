@@ -101,3 +101,47 @@ def test_an_ignored_sigint_stays_ignored() -> None:
     finally:
         guard.uninstall()
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_a_held_stretch_is_cut_only_inside_its_windows() -> None:
+    """The run's end (``finish.py``): a signal between the windows waits and is raised on
+    entering the next one; inside a window it cuts at once; one after the last window stays
+    pending, and leaving the held stretch does not raise it."""
+    guard = DeferredInterrupt()
+    guard.install()
+    try:
+        done = []
+        with guard.held():
+            _press_ctrl_c()  # between windows: waits
+            done.append("between")
+            with pytest.raises(KeyboardInterrupt), guard.window():
+                done.append("window entered")  # never: the pending signal is raised first
+            assert not guard.pending
+            with guard.window():  # only the first signal interrupts: this one runs through
+                done.append("window")
+        assert done == ["between", "window"]
+    finally:
+        guard.uninstall()
+    fresh = DeferredInterrupt()
+    fresh.install()
+    try:
+        with fresh.held():
+            with pytest.raises(KeyboardInterrupt), fresh.window():
+                with fresh.critical():  # a record written inside a window is finished
+                    _press_ctrl_c()
+                    done.append("record")
+            assert fresh.depth == 1, "the window gives the held stretch its depth back"
+            _press_ctrl_c()  # a second signal: counted, ignored
+        assert done[-1] == "record" and fresh.count == 2 and not fresh.pending
+    finally:
+        fresh.uninstall()
+    late = DeferredInterrupt()
+    late.install()
+    try:
+        with late.held():
+            _press_ctrl_c()
+            for _ in range(1000):
+                pass
+        assert late.pending and late.received == "SIGINT"  # for the caller to record
+    finally:
+        late.uninstall()

@@ -1,7 +1,8 @@
 """Ctrl-C during `kernelarc optimize` stops cleanly: the best so far is written, the run's
 status says it was interrupted, and `--resume` continues it to the full budget. SIGTERM
 (`timeout`, a batch scheduler) stops it the same way, at once: no confirmation or
-composition is judged after it. Each test's runs are its own; they run at once."""
+composition is judged after it; one that comes during the confirmation abandons it and the
+search's best is handed over. Each test's runs are its own; they run at once."""
 
 from __future__ import annotations
 
@@ -89,6 +90,45 @@ def _stopped_after_the_first_candidate(
     return status, args
 
 
+def _slowed_example(tmp_path: Path) -> Path:
+    """The example problem with a reference that does its work, then 200 more passes over
+    the input: any plain solution of it is far faster, so the run's choice is not the
+    reference and is confirmed at the end."""
+    problem = tmp_path / "slowed"
+    problem.mkdir()
+    for f in ("definition.json", "workload.jsonl"):
+        (problem / f).write_text((EXAMPLE / f).read_text())
+    definition = json.loads((problem / "definition.json").read_text())
+    old = "    x = hidden_states.to(torch.float32)\n"
+    assert old in definition["reference"]
+    waste = "    for _ in range(200):\n        x = x * 1.0\n"
+    definition["reference"] = definition["reference"].replace(old, old + waste)
+    (problem / "definition.json").write_text(json.dumps(definition))
+    return problem
+
+
+def _stopped_during_the_confirmation(tmp_path: Path) -> tuple[int, str, Path]:
+    """Optimize the slowed example with its reference and one seed, a plain solution, and
+    send SIGTERM when the search has stopped (the confirmation of the seed, in a new worker
+    that first imports torch, is then starting). Exit status, stderr, run directory."""
+    run = tmp_path / "run"
+    args = ["optimize", str(_slowed_example(tmp_path)), "--agents", "reference"]
+    args += ["--budget", "2", "--run-dir", str(run), *FAST]
+    args += ["--seed-solution", str(EXAMPLE / "solution_pytorch.json")]
+    proc = subprocess.Popen(
+        _as_from_a_terminal(_cli(*args)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith("search_stopped"):
+            os.kill(proc.pid, signal.SIGTERM)
+            break
+    _, err = proc.communicate(timeout=240)
+    return proc.returncode, "".join(seen) + err, run
+
+
 def _interrupted_then_resumed(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Stopped by SIGINT, then ``--resume``: the status after each."""
     status, args = _stopped_after_the_first_candidate(tmp_path, signal.SIGINT)
@@ -148,6 +188,9 @@ def runs(
         "test_sigterm_hands_over_the_best_so_far_at_once": partial(
             _stopped_after_the_first_candidate, tmp_path_factory.mktemp("sigterm"), signal.SIGTERM
         ),
+        "test_sigterm_during_the_confirmation_hands_over_the_search_best": partial(
+            _stopped_during_the_confirmation, tmp_path_factory.mktemp("confirming")
+        ),
         "test_memory_file_carries_conclusions_across_runs": partial(
             _two_runs_with_one_memory, tmp_path_factory.mktemp("memory")
         ),
@@ -170,6 +213,29 @@ def test_sigterm_hands_over_the_best_so_far_at_once(runs: dict[str, Future[Any]]
     events = (run_dir / "events.jsonl").read_text().splitlines()
     stops = [e for e in map(json.loads, events) if e["kind"] == "interrupted"]
     assert len(stops) == 1 and stops[0]["signal"] == "SIGTERM", stops
+
+
+def test_sigterm_during_the_confirmation_hands_over_the_search_best(
+    runs: dict[str, Future[Any]],
+) -> None:
+    rc, err, run = runs["test_sigterm_during_the_confirmation_hands_over_the_search_best"].result()
+    assert rc == 0, err
+    assert "search_stopped" in err and "confirmation" not in err.split("search_stopped")[0]
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    stops = [e for e in events if e["kind"] == "interrupted"]
+    assert [(e["during"], e["signal"]) for e in stops] == [("confirmation", "SIGTERM")], err
+    status = json.loads(
+        subprocess.run(
+            _cli("status", str(run), "--json"), check=True, capture_output=True, text=True
+        ).stdout
+    )
+    assert status["confirmations"] == []  # abandoned, not recorded
+    best = status["best"]
+    assert best and Path(best["path"]).exists() and best["all_passed"] and not best["is_reference"]
+    handed = json.loads(Path(best["path"]).read_text())
+    assert (
+        handed["sources"] == json.loads((EXAMPLE / "solution_pytorch.json").read_text())["sources"]
+    )
 
 
 def test_memory_file_carries_conclusions_across_runs(runs: dict[str, Future[Any]]) -> None:

@@ -105,10 +105,9 @@ def _within(passed: bool, ratio: tuple[float, float] | None) -> bool:
 def confirm(orch: Orchestrator, chosen: Pass, passes: list[Pass]) -> Pass | None:
     """The solution to hand over: ``chosen`` or a runner-up from ``passes`` (the agents'
     full passes), as confirmed in new processes (module docstring). When none could be
-    confirmed (time limit), the best by search score whose confirmation did not fail; None
-    when every candidate tried failed its confirmation (never handed over)."""
-    from kernelarc.orchestration.finish import judge_final
-    from kernelarc.orchestration.judge import TIME_LIMIT
+    confirmed (time limit, or a stop signal, which abandons the confirmation in progress),
+    the best by search score whose confirmation did not fail; None when every candidate
+    tried failed its confirmation (never handed over)."""
 
     hashes = {chosen[0].content_hash}
     queue = [chosen]
@@ -124,41 +123,63 @@ def confirm(orch: Orchestrator, chosen: Pass, passes: list[Pass]) -> Pass | None
             why = f"{max(left, 0.0):.0f} s left, under the {need:.0f} s its judgement took"
             orch.event("confirmation_skipped", {"candidate": rec.id, "why": why})
             break
-        fresh = judge_final(
-            orch,
-            rec.solution,
-            agent=CONFIRMER,
-            strategy="confirmation",
-            parent=rec.id,
-            hypothesis=f"{rec.id} judged again in a new process with empty JIT caches",
-            fresh_jit=True,
-        )
-        ratio = slowdown(ev.result.per_workload, fresh[1].result.per_workload)
-        ok = _within(fresh[1].result.passed, ratio)
-        orch.event(
-            "confirmation",
-            {
-                "candidate": fresh[0].id,
-                "of": rec.id,
-                "passed": fresh[1].result.passed,
-                "stopped": fresh[1].result.stopped_early,
-                "score": fresh[1].result.score,
-                "search_score": ev.result.score,
-                "slowdown": None if ratio is None else round(ratio[0], 4),
-                "worst_slowdown": None if ratio is None else round(ratio[1], 4),
-                "reproduced": ok,
-            },
-        )
-        orch.conclude(_lesson(rec, fresh, ratio, ok))
-        if fresh[1].result.passed:
-            confirmed.append(fresh)
-        elif fresh[1].result.stopped_early != TIME_LIMIT:
-            failed.add(rec.id)  # it fails in a new process: not handed over
+        try:
+            with orch.sigint.window():
+                ok = _confirm_one(orch, rec, ev, confirmed, failed)
+        except KeyboardInterrupt:  # what is confirmed so far decides (``finish.py``)
+            orch.stopped_by_signal("confirmation")
+            break
         if ok:
             break
     if not confirmed:
         return next((p for p in queue if p[0].id not in failed), None)
     return max(confirmed, key=lambda p: (p[1].result.score or 0.0, -p[0].seq))
+
+
+def _confirm_one(
+    orch: Orchestrator,
+    rec: CandidateRecord,
+    ev: EvaluationRecord,
+    confirmed: list[Pass],
+    failed: set[str],
+) -> bool:
+    """Confirm ``rec`` (its search judgement ``ev``): record the confirmation, its event and
+    lesson; add it to ``confirmed`` when it passed, ``rec`` to ``failed`` when it failed.
+    Whether it reproduced."""
+    from kernelarc.orchestration.finish import judge_final
+    from kernelarc.orchestration.judge import TIME_LIMIT
+
+    fresh = judge_final(
+        orch,
+        rec.solution,
+        agent=CONFIRMER,
+        strategy="confirmation",
+        parent=rec.id,
+        hypothesis=f"{rec.id} judged again in a new process with empty JIT caches",
+        fresh_jit=True,
+    )
+    ratio = slowdown(ev.result.per_workload, fresh[1].result.per_workload)
+    ok = _within(fresh[1].result.passed, ratio)
+    orch.event(
+        "confirmation",
+        {
+            "candidate": fresh[0].id,
+            "of": rec.id,
+            "passed": fresh[1].result.passed,
+            "stopped": fresh[1].result.stopped_early,
+            "score": fresh[1].result.score,
+            "search_score": ev.result.score,
+            "slowdown": None if ratio is None else round(ratio[0], 4),
+            "worst_slowdown": None if ratio is None else round(ratio[1], 4),
+            "reproduced": ok,
+        },
+    )
+    orch.conclude(_lesson(rec, fresh, ratio, ok))
+    if fresh[1].result.passed:
+        confirmed.append(fresh)
+    elif fresh[1].result.stopped_early != TIME_LIMIT:
+        failed.add(rec.id)  # it fails in a new process: not handed over
+    return ok
 
 
 def _lesson(

@@ -14,6 +14,10 @@ with an event, when less is left than its parts' longest judgement
 (``Orchestrator.judging_cost``); the fallback gets what is left and is skipped, with an
 event, when nothing is. An interrupted run (Ctrl-C, SIGTERM) neither composes nor
 confirms, with an event for each (the fallback, when needed, still judges the reference).
+A stop signal that comes during one of these judgements abandons it (an ``interrupted``
+event names which) and the run hands over what it has; one that comes between them or while
+the solution is written waits (the Q 001 run of session 33, stopped by ``timeout`` during
+its confirmation, used to hand nothing over, with six full passes in its store).
 """
 
 from __future__ import annotations
@@ -59,6 +63,18 @@ def _full_passes(store: Store) -> list[tuple[CandidateRecord, EvaluationRecord]]
 
 
 def finish(orch: Orchestrator) -> dict[str, Any]:
+    """The end of the run (module docstring); its summary. A stop signal cuts only the
+    judgements (``interrupts.DeferredInterrupt.window``); one that comes after the last of
+    them waits for the solution's files and is then recorded."""
+    with orch.sigint.held():
+        summary = _finish(orch)
+    if orch.sigint.pending:
+        orch.sigint.pending = False
+        orch.stopped_by_signal("handover")
+    return summary
+
+
+def _finish(orch: Orchestrator) -> dict[str, Any]:
     store, cfg = orch.store, orch.config
     passes = _full_passes(store)
     if not passes:
@@ -71,7 +87,12 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
     elif cfg.compose and len(passes) >= 2 and orch.time_left_total() <= 0:
         orch.event("compose_skipped", {"why": "time limit reached"})
     elif cfg.compose and len(passes) >= 2:
-        composed = _compose(orch, passes, best_rec, best_ev)
+        try:
+            with orch.sigint.window():
+                composed = _compose(orch, passes, best_rec, best_ev)
+        except KeyboardInterrupt:
+            orch.stopped_by_signal("composition")
+            composed = None
         if composed is not None:
             chosen = composed
     from kernelarc.problem.reference import reference_solution
@@ -96,7 +117,18 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
         elif orch.time_left_total() <= 0:
             orch.event("fallback_skipped", {"why": "time limit reached"})
         else:
-            chosen = _fallback(orch, reference, *chosen)
+            try:
+                with orch.sigint.window():
+                    chosen = _fallback(orch, reference, *chosen)
+            except KeyboardInterrupt:
+                orch.stopped_by_signal("fallback")
+    return _hand_over(orch, chosen, reference)
+
+
+def _hand_over(
+    orch: Orchestrator, chosen: tuple[CandidateRecord, EvaluationRecord], reference: Solution
+) -> dict[str, Any]:
+    """Write ``best/`` and the summary; the summary."""
     itself = chosen[0].content_hash == reference.content_hash()  # its "speedup" is noise
     rec, ev = chosen
     path = orch.dir.write_best(rec.solution, ev.traces)
@@ -104,9 +136,10 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
     if rec.agent == CONFIRMER:
         best["confirms"] = rec.parent_id
     orch.event("best", best)
+    cfg = orch.config
     if cfg.memory and cfg.memory_file:
         orch.memory.save(Path(cfg.memory_file))
-    summary = run_status(store, orch.dir.path)
+    summary = run_status(orch.store, orch.dir.path)
     orch.dir.write_summary(summary)
     return summary
 

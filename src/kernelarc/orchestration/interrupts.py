@@ -10,6 +10,11 @@ interruptible) and, inside one, when the outermost section ends normally. A sect
 an exception keeps the interrupt pending; :meth:`DeferredInterrupt.check` raises it at the
 next safe point.
 
+From the search's start to the run's end the orchestrator holds the signal
+(:meth:`DeferredInterrupt.held`) and opens a :meth:`DeferredInterrupt.window` only around
+what a signal may cut: the search, and each judgement at the run's end. A signal between
+them waits for the next window, so the run always reaches its handover.
+
 SIGTERM (``timeout``, a batch scheduler's notice, ``kill``) is taken as a Ctrl-C: the
 search stops and the best judged so far is handed over, where it used to kill the run with
 nothing handed over. Only the first stop signal interrupts; later ones are counted and
@@ -78,6 +83,28 @@ class DeferredInterrupt:
         finally:
             self.depth -= 1
         self.check()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Like :meth:`critical`, except that a signal still pending at the end is dropped
+        (the run's end: it is stopping anyway). Use :meth:`window` for what a signal may cut
+        inside it; ``pending`` tells whether one came after the last window."""
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+
+    @contextmanager
+    def window(self) -> Iterator[None]:
+        """Inside :meth:`held`, a stretch that a stop signal cuts at once (one that came
+        before it is raised on entry)."""
+        saved, self.depth = self.depth, 0
+        try:
+            self.check()
+            yield
+        finally:
+            self.depth = saved
 
     def check(self) -> None:
         """Raise a pending interrupt (outside every critical section)."""

@@ -102,6 +102,14 @@ class Orchestrator:
         if self.on_event is not None:
             self.on_event(kind, payload)
 
+    def stopped_by_signal(self, during: str) -> None:
+        """Record the stop signal (Ctrl-C, SIGTERM) that cut ``during``: the search, or one
+        of the judgements at its end (``finish.py``), which is then abandoned."""
+        self.interrupted = True
+        self.event(
+            "interrupted", {"used": self.used, "signal": self.sigint.received, "during": during}
+        )
+
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, Any]:
         """Search until the budget or the time limit is spent (or every agent is done, or
@@ -116,51 +124,59 @@ class Orchestrator:
         from kernelarc.orchestration.finish import finish
 
         restore(self)
+        # From here a stop signal cuts only the search and the end's judgements (each in a
+        # ``window``): one that comes between them waits, and the run still hands over.
+        with self.sigint.held():
+            try:
+                with self.sigint.window():
+                    self._search()
+            except KeyboardInterrupt:
+                self.stopped_by_signal("search")
+            finally:
+                self.executor.shutdown()
+            reason = (
+                "interrupted"
+                if self.interrupted
+                else "budget spent"
+                if self._budget_left() <= 0
+                else "time limit"
+                if self.time_left() <= 0
+                else "every agent is done"
+            )
+            self.event("search_stopped", {"reason": reason, "used": self.used})
+            return finish(self)
+
+    def _search(self) -> None:
+        """Ask, judge, tell until the budget or the time limit is spent or every agent is
+        done."""
         inflight: dict[Future[Any], str] = {}
         ready_at: dict[Future[Any], float] = {}  # ``told_s`` when each was first seen ready
         gathered = False  # the first pick is made among every first proposal
-        try:
-            while self._budget_left() > 0 and self.time_left() > 0:
-                self.sigint.check()
-                for name in self._idle(inflight):
-                    ctx = self._context(name)
-                    self.asked[name] = self.board.version
-                    inflight[self.executor.submit(self.agents[name].propose, ctx)] = name
-                if not inflight:
-                    break
-                done = self.executor.wait_any(inflight, timeout=self.time_left())
-                if not done:
-                    continue
-                if not gathered:
-                    gathered = True
-                    done = gather_first_round(self, inflight, done)
-                # One ready proposal is judged at a time, then idle agents are asked again:
-                # a new incumbent reaches every agent's next proposal before the rest of the
-                # ready ones are judged (see ``schedule.judging_order``).
-                for f in done:
-                    ready_at.setdefault(f, self.told_s)
-                fut = min(done, key=lambda f: judging_order(self, inflight[f], f, ready_at[f]))
-                del ready_at[fut]
-                name = inflight.pop(fut)
-                t0 = time.monotonic()
-                self._tell(name, self._rebased(name, fut))
-                self.told_s += time.monotonic() - t0
-        except KeyboardInterrupt:
-            self.interrupted = True
-            self.event("interrupted", {"used": self.used, "signal": self.sigint.received})
-        finally:
-            self.executor.shutdown()
-        reason = (
-            "interrupted"
-            if self.interrupted
-            else "budget spent"
-            if self._budget_left() <= 0
-            else "time limit"
-            if self.time_left() <= 0
-            else "every agent is done"
-        )
-        self.event("search_stopped", {"reason": reason, "used": self.used})
-        return finish(self)
+        while self._budget_left() > 0 and self.time_left() > 0:
+            self.sigint.check()
+            for name in self._idle(inflight):
+                ctx = self._context(name)
+                self.asked[name] = self.board.version
+                inflight[self.executor.submit(self.agents[name].propose, ctx)] = name
+            if not inflight:
+                break
+            done = self.executor.wait_any(inflight, timeout=self.time_left())
+            if not done:
+                continue
+            if not gathered:
+                gathered = True
+                done = gather_first_round(self, inflight, done)
+            # One ready proposal is judged at a time, then idle agents are asked again:
+            # a new incumbent reaches every agent's next proposal before the rest of the
+            # ready ones are judged (see ``schedule.judging_order``).
+            for f in done:
+                ready_at.setdefault(f, self.told_s)
+            fut = min(done, key=lambda f: judging_order(self, inflight[f], f, ready_at[f]))
+            del ready_at[fut]
+            name = inflight.pop(fut)
+            t0 = time.monotonic()
+            self._tell(name, self._rebased(name, fut))
+            self.told_s += time.monotonic() - t0
 
     def _idle(self, inflight: dict[Future[Any], str]) -> list[str]:
         busy = set(inflight.values())
