@@ -18,6 +18,9 @@ set -u
 : "${OUT:?set OUT to the folder the results go to (the device tool sets it)}"
 PROBLEMS=${PROBLEMS:-.devdata}
 T0=$(date +%s)
+# run directories of this call's own: a warm machine keeps /tmp between calls, and a
+# problem run again there was refused ("run-Q-001 exists", session 33)
+RUNS=$(mktemp -d /tmp/ka-runs.XXXXXX)
 echo "src SHA-1 $(find src -name '*.py' | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-12)"
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 for spec in "$@"; do
@@ -31,10 +34,11 @@ for spec in "$@"; do
   # later if it has not exited; the report gets the last 20 s
   timeout -k 20 $(( left - 45 )) python3 benchmarks/agents_h200.py --problems "$PROBLEMS" --only "$id" \
     --budget 16 --time-limit 240 --compile-sample "$cs" --compile-budget "$cest" \
-    --deadline "$dl" --out "$OUT/$id" --runs-dir /tmp/r ${extra//+/ }
+    --deadline "$dl" --out "$OUT/$id" --runs-dir "$RUNS" ${extra//+/ }
   echo "== $id: rc $? in $(( $(date +%s) - t )) s"
-  [ -d "/tmp/r/run-$id" ] && timeout 20 python3 -m kernelarc.cli.main report "/tmp/r/run-$id" \
+  [ -d "$RUNS/run-$id" ] && timeout 20 python3 -m kernelarc.cli.main report "$RUNS/run-$id" \
     -o "$OUT/$id/report.md" > /dev/null 2>&1 || echo "(no report for $id)"
 done
+rmdir "$RUNS" 2> /dev/null  # kept when a problem ran: its run directory, for a look later
 ls "$OUT"/*/agents_bench.json > /dev/null 2>&1 && python3 benchmarks/agents_h200.py --merge "$OUT"/*/agents_bench.json
 exit 0
