@@ -44,6 +44,7 @@ _SHOWN = {
     "search_stopped",
     "full_protocol_too_slow",
     "no_solution",
+    "interrupted",
 }
 
 
@@ -410,6 +411,9 @@ def _progress(kind: str, payload: dict[str, Any], err: Console) -> None:
             + (f" ({last.get('stopped')})" if last.get("stopped") else "")
         )
         err.print(escape(text))
+    elif kind == "no_solution" and payload.get("common_failure"):  # in full: what to fix
+        err.print(escape(f"no_solution: {payload.get('why')}"), style="yellow")
+        err.print(escape(str(payload["common_failure"])), style="yellow")
     else:
         err.print(escape(f"{kind}: {json.dumps(payload, default=str)[:300]}"), style="dim")
 

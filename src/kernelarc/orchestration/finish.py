@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from kernelarc.agents.types import CandidateResult
 from kernelarc.guard.verdict import WorkloadOutcome
 from kernelarc.orchestration.confirm import CONFIRMER, confirm
+from kernelarc.orchestration.failures import common_failure
 from kernelarc.orchestration.judge import TIME_LIMIT, results_of, score_of, significant
 from kernelarc.problem.schema import Solution
 from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from kernelarc.orchestration.orchestrator import Orchestrator
 
 COMPOSER = "composer"
-FALLBACK = "reference-fallback"
+FALLBACK = "reference-fallback"  # also in ``failures.REFERENCE_AGENTS``
 COMPOSE_MARGIN = 2.0
 """A composition is judged only when the per-workload winners, routed at no cost, would beat
 the best single candidate by more than this many times ``min_gain`` (dispatching does cost:
@@ -78,7 +79,11 @@ def _finish(orch: Orchestrator) -> dict[str, Any]:
     store, cfg = orch.store, orch.config
     passes = _full_passes(store)
     if not passes:
-        orch.event("no_solution", {"why": "no candidate passed the full protocol"})
+        why: dict[str, Any] = {"why": "no candidate passed the full protocol"}
+        common = common_failure(store)
+        if common is not None:
+            why["common_failure"] = common.sentence()
+        orch.event("no_solution", why)
         return run_status(store, orch.dir.path)
     best_rec, best_ev = max(passes, key=lambda p: (p[1].result.score or 0.0, -p[0].seq))
     chosen = (best_rec, best_ev)

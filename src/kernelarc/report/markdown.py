@@ -2,7 +2,8 @@
 
 Covered: the handed-over solution and its per-workload results (latency, eager reference,
 speedup, fraction of the roofline bound where the run had one) or why there is none (none
-passed, or the run has not finished: then the best judged so far), its speedup over
+passed: then the failure most candidates share, ``failures.py``; or the run has not
+finished: then the best judged so far), its speedup over
 torch.compile's baseline where the run judged that in full, each judged candidate in
 order, the conclusions grouped by agent, and the notable events. The text is built from a
 :class:`~kernelarc.report.trajectory.RunReport` only, so it can be tested without a run.
@@ -43,7 +44,10 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
 def _no_result(report: RunReport) -> list[str]:
     """Why there is no handed-over solution: none passed, or the run never got to choose."""
     if any(e["kind"] == "no_solution" for e in report.notable):
-        return ["**No solution passed the full protocol.** See the trajectory and events below."]
+        lines = ["**No solution passed the full protocol.** See the trajectory and events below."]
+        if report.common_failure is not None:
+            lines += ["", report.common_failure.sentence()]
+        return lines
     stopped = report.summary.get("stopped")
     when = (
         "during its search"
