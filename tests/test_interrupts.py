@@ -139,9 +139,12 @@ def test_a_held_stretch_is_cut_only_inside_its_windows() -> None:
     late.install()
     try:
         with late.held():
-            _press_ctrl_c()
-            for _ in range(1000):
-                pass
-        assert late.pending and late.received == "SIGINT"  # for the caller to record
+            with late.held():
+                _press_ctrl_c()
+                for _ in range(1000):
+                    pass
+            assert late.pending and late.received == "SIGINT"  # for the caller to record
+        assert not late.pending, "dropped when the outermost held stretch ends"
+        late.check()  # nothing left to raise
     finally:
         late.uninstall()

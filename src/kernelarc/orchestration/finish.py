@@ -69,8 +69,8 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
     them waits for the solution's files and is then recorded."""
     with orch.sigint.held():
         summary = _finish(orch)
-    if orch.sigint.pending:
-        orch.sigint.pending = False
+        late, orch.sigint.pending = orch.sigint.pending, False
+    if late:
         orch.stopped_by_signal("handover")
     return summary
 

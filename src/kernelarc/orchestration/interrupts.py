@@ -86,14 +86,17 @@ class DeferredInterrupt:
 
     @contextmanager
     def held(self) -> Iterator[None]:
-        """Like :meth:`critical`, except that a signal still pending at the end is dropped
-        (the run's end: it is stopping anyway). Use :meth:`window` for what a signal may cut
-        inside it; ``pending`` tells whether one came after the last window."""
+        """Like :meth:`critical`, except that a signal still pending when the outermost
+        section ends is dropped, not raised (the run's end: it is stopping anyway). Use
+        :meth:`window` for what a signal may cut inside it; inside, ``pending`` tells
+        whether one came after the last window."""
         self.depth += 1
         try:
             yield
         finally:
             self.depth -= 1
+            if not self.depth:
+                self.pending = False
 
     @contextmanager
     def window(self) -> Iterator[None]:
