@@ -28,6 +28,7 @@ from data.compiler_agent import (
     synthetic,
     wr,
 )
+from data.wrapped_agents import result_of
 
 from kernelarc.agents.types import (
     AgentContext,
@@ -39,7 +40,6 @@ from kernelarc.errors import KernelArcError
 from kernelarc.examples import example_dir
 from kernelarc.guard.build import choose_builder, load_entry
 from kernelarc.guard.evaluator import EvalResult, Guard, GuardConfig
-from kernelarc.orchestration.judge import results_of, score_of
 from kernelarc.problem.loader import Problem, load_problem
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.builtin import ReferenceAgent
@@ -54,23 +54,6 @@ from kernelarc.proposers.scripted import ScriptedAgent
 @pytest.fixture(scope="module")
 def problem() -> Problem:
     return load_problem(example_dir("rmsnorm_h512"))
-
-
-def _result(ev: EvalResult, agent: str, candidate_id: str = "c1") -> CandidateResult:
-    """The guard's verdict as agents see it (what the orchestrator's judge hands them)."""
-    per = results_of(ev.outcomes, {})
-    passed = bool(per) and all(r.status == "PASSED" for r in per)
-    score = score_of(per) if passed else None
-    return CandidateResult(
-        candidate_id=candidate_id,
-        agent=agent,
-        strategy=agent,
-        mode="refine",
-        stage="full",
-        per_workload=per,
-        passed=passed,
-        score=score,
-    )
 
 
 # ------------------------------------------------------------------------------ proposals
@@ -155,7 +138,7 @@ def test_reference_candidate_passes_the_guard(problem: Problem, guard: Guard) ->
     ev = guard.evaluate(proposal.solution, _small(problem))
     statuses = [(o.status.value, o.check, o.log[:300]) for o in ev.outcomes]
     assert len(statuses) == 2 and all(s[0] == "PASSED" for s in statuses), statuses
-    result = _result(ev, agent.name)
+    result = result_of(ev, agent.name)
     conclusion = agent.observe(result)
     assert conclusion.outcome == "no_gain"
     assert "baseline" in conclusion.claim and f"{result.score:.2f}x" in conclusion.claim
@@ -178,7 +161,7 @@ def test_compiled_candidate_passes_the_guard(compiled_verdict) -> None:
 
 def test_compiler_concludes_from_the_real_verdict(compiled_verdict) -> None:
     agent, ev = compiled_verdict
-    result = _result(ev, agent.name)
+    result = result_of(ev, agent.name)
     conclusion = agent.observe(result)
     assert conclusion.tags == ("compiler", "static")
     assert conclusion.claim.startswith("torch.compile dynamic=False fullgraph=False:")
@@ -217,7 +200,7 @@ def test_compiler_compiles_a_better_board_incumbent_once(problem: Problem, guard
     # Observed in order: the board candidate's conclusion names its base.
     fresh = after_plain(problem, board=board, incumbent=None)
     fresh.propose(agent_context(problem, board=board, incumbent=None))
-    conclusion = fresh.observe(_result(ev, fresh.name))
+    conclusion = fresh.observe(result_of(ev, fresh.name))
     assert conclusion.claim.startswith("torch.compile default settings of c3:"), conclusion.claim
 
 

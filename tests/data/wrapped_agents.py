@@ -1,5 +1,6 @@
-"""Helpers for the tests of the agents that wrap a base solution (``tests/test_wrap_cudagraph.py``,
-``tests/test_precision_agent.py``): example and reference solutions, boards, verdicts."""
+"""Helpers for the built-in agents' tests (``tests/test_wrap_cudagraph.py``,
+``tests/test_precision_agent.py``, ``tests/test_builtin_agents.py``): example and reference
+solutions, boards, the guard's verdict as agents see it."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def view_of(agent: str, cid: str, score: float, solution: Solution) -> Incumbent
 
 
 def result_of(ev: EvalResult, agent: str, candidate_id: str = "c1") -> CandidateResult:
+    """The guard's verdict as agents see it (what the orchestrator's judge hands them)."""
     per = results_of(ev.outcomes, {})
     passed = bool(per) and all(r.status == "PASSED" for r in per)
     return CandidateResult(
