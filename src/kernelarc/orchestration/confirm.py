@@ -27,8 +27,8 @@ candidate, not a distribution of them); what differs on the user's machine (anot
 driver or library version); a solution that is slow only in a process that has already
 called it many times.
 
-Under a time limit the search keeps time for the first confirmation (``Orchestrator.reserve``)
-only when the board's best solution can draw at run time (:func:`draws_at_run_time`: it
+Under a time limit the search keeps time for the first confirmation (``Orchestrator.reserve``,
+``FRESH_SLOWER`` times the candidate's search judging time) only when the board's best solution can draw at run time (:func:`draws_at_run_time`: it
 compiles or autotunes when first called); a solution that cannot gets the confirmation only
 when time is left after the search. With less time left than the candidate's judgement
 took, the confirmation is skipped with an event and the search's measurement is handed
@@ -58,6 +58,16 @@ WORST_SLOWER = 1.5
 """Largest slowdown of any one workload that still counts as reproduced."""
 TRIES = 3
 """Candidates confirmed at most: the chosen one and two runners-up."""
+FRESH_SLOWER = 1.5
+"""How many times the search's judging time of a candidate the time limit keeps for its
+confirmation (``Orchestrator.reserve``). A new worker with empty JIT caches compiles and
+loads again: 11 confirmations on H100s and the H200 (sessions 29 to 33, the reports in
+``benchmarks/results/2026-12-0*``) took 1.2-2.0x (median 1.6x) the time between the end of
+the judgement before the confirmed candidate's and the end of its own, an upper bound of
+that judgement. With 1x kept, 10 runs in those folders skipped their confirmation, five of
+them with 58-95% of the time it needed left (18 s for 20, 16 for 18, 20 for 21, 45 for 68,
+39 for 67), and Q 001's in session 32 was cut by the limit. A confirmation still starts
+whenever its candidate's search judging time fits what is left."""
 
 Pass = tuple[CandidateRecord, EvaluationRecord]
 

@@ -24,7 +24,7 @@ from kernelarc.agents.types import (
 )
 from kernelarc.guard.evaluator import Guard
 from kernelarc.orchestration.config import RunConfig
-from kernelarc.orchestration.confirm import draws_at_run_time
+from kernelarc.orchestration.confirm import FRESH_SLOWER, draws_at_run_time
 from kernelarc.orchestration.executor import Executor, LocalExecutor
 from kernelarc.orchestration.interrupts import DeferredInterrupt
 from kernelarc.orchestration.judge import Judge, significant, summarize_stages
@@ -213,9 +213,9 @@ class Orchestrator:
         worth judging (two full passes whose per-workload winners would beat the best single
         one, see ``finish.COMPOSE_MARGIN``), the longest judgement (screening and full stage)
         among them, the likeliest cost of judging the composition; and for the confirmation
-        of the board's best incumbent (``confirm.py``), its own judgement's time, when that
-        solution can draw at run time (``confirm.draws_at_run_time``). Without a time
-        limit, nothing."""
+        of the board's best incumbent (``confirm.py``), ``FRESH_SLOWER`` times its own
+        judgement's time, when that solution can draw at run time
+        (``confirm.draws_at_run_time``). Without a time limit, nothing."""
         cfg = self.config
         if cfg.time_limit_s is None:
             return 0.0
@@ -223,7 +223,7 @@ class Orchestrator:
         view = self.board.incumbent(best[0]) if best else None
         keep = 0.0
         if best and view is not None and draws_at_run_time(view.solution):
-            keep = self.judging_cost({best[1]})
+            keep = FRESH_SLOWER * self.judging_cost({best[1]})
         return keep + self._compose_reserve()
 
     def _compose_reserve(self) -> float:
