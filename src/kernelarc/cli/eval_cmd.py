@@ -165,6 +165,10 @@ def _run(
             f"{len(chosen)} workloads, device {guard.device}, "
             f"isolation: {guard.isolation.description}"
         )
+        from kernelarc.guard.footprint import device_warnings
+
+        for w in device_warnings(problem.definition, chosen, guard.device):
+            err.print(f"[yellow]{escape(w)}[/]")
         result = guard.evaluate(sol, chosen)
         dev = guard.device
     if output is not None:

@@ -206,6 +206,7 @@ def _optimize(
     from pydantic import ValidationError
 
     from kernelarc.guard.evaluator import Guard, GuardConfig
+    from kernelarc.guard.footprint import device_warnings
     from kernelarc.orchestration.config import RunConfig, StageConfig
     from kernelarc.orchestration.orchestrator import Orchestrator
     from kernelarc.orchestration.rundir import RunDir
@@ -290,6 +291,8 @@ def _optimize(
         with Guard(problem, gcfg) as guard:
             bounds, warnings = workload_bounds(problem.definition, problem.workloads, guard.device)
             for w in warnings[:5]:
+                err.print(f"[yellow]{escape(w)}[/]")
+            for w in device_warnings(problem.definition, problem.workloads, guard.device):
                 err.print(f"[yellow]{escape(w)}[/]")
             err.print(
                 f"optimizing {problem.definition.name} on {guard.device} with "

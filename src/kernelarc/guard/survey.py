@@ -152,20 +152,6 @@ def select_workloads(definition: Definition, workloads: list[Workload], how: str
     return list(unique.values())
 
 
-def output_bytes(definition: Definition, workload: Workload) -> int:
-    import math
-
-    from kernelarc.problem.axes import resolve_axes, resolve_shape
-    from kernelarc.problem.lowbit import DTYPE_BYTES
-
-    env = resolve_axes(definition, workload)
-    total = 0
-    for spec in definition.outputs.values():
-        shape = resolve_shape(spec.shape, env)
-        total += math.prod(shape) * DTYPE_BYTES[spec.dtype] if shape is not None else 0
-    return total
-
-
 def available_bytes(device: str) -> int:
     """Free host memory (MemAvailable) for the CPU; total memory of the GPU for CUDA."""
     if device.startswith("cuda"):
@@ -291,6 +277,8 @@ def check_problem(
     problem: Problem, workers: _Workers, opts: SurveyOptions, *, prestart: bool = False
 ) -> ProblemCheck:
     """Run the reference of one loaded problem on the chosen workloads."""
+    from kernelarc.problem.inputs import estimate_output_bytes
+
     t0 = time.monotonic()
     d = problem.definition
     out = ProblemCheck(
@@ -319,7 +307,7 @@ def check_problem(
             _fail(check, "load_error", "its axes do not resolve")
             continue
         factor = MEMORY_FACTOR["cuda" if opts.device.startswith("cuda") else "cpu"]
-        need = factor * (nbytes + output_bytes(d, wl))
+        need = factor * (nbytes + estimate_output_bytes(d, wl))
         if need > free:
             _fail(check, "skipped", f"skipped: needs {need / 1e9:.1f} GB "
                   f"({factor}x inputs+outputs), {free / 1e9:.1f} GB available")  # fmt: skip

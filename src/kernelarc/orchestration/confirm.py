@@ -27,14 +27,15 @@ candidate, not a distribution of them); what differs on the user's machine (anot
 driver or library version); a solution that is slow only in a process that has already
 called it many times.
 
-Under a time limit the search keeps time for the first confirmation (``Orchestrator.reserve``,
-``FRESH_SLOWER`` times the candidate's search judging time) only when the board's best solution can draw at run time (:func:`draws_at_run_time`: it
-compiles or autotunes when first called); a solution that cannot gets the confirmation only
-when time is left after the search. With less time left than the candidate's judgement
-took, the confirmation is skipped with an event and the search's measurement is handed
-over. Why not always keep the time: L2 025 on the H200 (session 20), the reserve for the
-grouped rewrite (eager PyTorch, 99 s of judging) cut the full stage of TF32 on it (screened
-at 5.5x against 1.7x), and the confirmation was then skipped anyway (89 s left).
+Under a time limit the search keeps time for the first confirmation
+(``Orchestrator.reserve``, ``FRESH_SLOWER`` times the candidate's search judging time) only
+when the board's best solution can draw at run time (:func:`draws_at_run_time`: it compiles
+or autotunes when first called); a solution that cannot gets the confirmation only when time
+is left after the search. With less time left than the candidate's judgement took, the
+confirmation is skipped with an event and the search's measurement is handed over. Why not
+always keep the time: L2 025 on the H200 (session 20), the reserve for the grouped rewrite
+(eager PyTorch, 99 s of judging) cut the full stage of TF32 on it (screened at 5.5x against
+1.7x), and the confirmation was then skipped anyway (89 s left).
 """
 
 from __future__ import annotations

@@ -111,6 +111,17 @@ def estimate_input_bytes(definition: Definition, workload: Workload) -> int:
     return total
 
 
+def estimate_output_bytes(definition: Definition, workload: Workload) -> int:
+    """Bytes of a workload's declared outputs, from shapes and dtypes without allocating."""
+    env = resolve_axes(definition, workload)
+    total = 0
+    for spec in definition.outputs.values():
+        shape = resolve_shape(spec.shape, env)
+        if shape is not None:
+            total += math.prod(shape) * DTYPE_BYTES[spec.dtype]
+    return total
+
+
 def generate_inputs(
     definition: Definition,
     workload: Workload,

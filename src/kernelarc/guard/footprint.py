@@ -1,0 +1,108 @@
+"""Workloads too large for the device's memory in the guard, said before anything is judged.
+
+In a correctness round the candidate's worker holds a workload's inputs, an untouched copy
+of them (to find writes to inputs, ``candidate.py``) and the outputs as the call makes
+them: at least twice the inputs plus the outputs, before any temporary of the solution's
+own, while the reference's worker holds the same workload's inputs and outputs at other
+times. L2 025 on an 80 GB H100 (session 33): 24.1 GiB of inputs and 24.1 GiB of outputs
+for ``num_tokens``=2048, 72.3 GiB by this count against 79.2 GiB; every one of 13
+candidates, the reference's own code among them, then ran out of memory in its first round,
+after 112 s of judging. :func:`memory_warnings` says so at the start instead.
+
+Covered: the declared tensor inputs and outputs of each workload (``problem.inputs``'
+estimates, custom inputs by their declared shapes). Not covered: the solution's and the
+reference's temporaries, memory other processes hold, outputs that alias inputs (counted
+twice), and the host's memory on the CPU (nothing is said there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kernelarc.problem.schema import Definition, Workload
+
+WARN_SHARE = 0.8
+"""A workload is named when its count exceeds this share of the device's memory: the rest
+is little room for temporaries, two CUDA contexts and the allocator's slack (L2 025's 72.3
+GiB of 79.2 GiB, 91%, failed)."""
+
+SHOWN = 3
+"""Workloads named one by one; the rest are counted."""
+
+GIB = float(1 << 30)
+
+
+def guard_need_bytes(definition: Definition, workload: Workload) -> tuple[int, int, int]:
+    """(inputs, outputs, the count) in bytes: the count is twice the inputs plus the
+    outputs (module docstring)."""
+    from kernelarc.problem.inputs import estimate_input_bytes, estimate_output_bytes
+
+    ins = estimate_input_bytes(definition, workload)
+    outs = estimate_output_bytes(definition, workload)
+    return ins, outs, 2 * ins + outs
+
+
+def memory_warnings(
+    definition: Definition, workloads: Sequence[Workload], total_bytes: int
+) -> list[str]:
+    """A line per workload whose count exceeds :data:`WARN_SHARE` of ``total_bytes`` (the
+    device's memory), the largest first (:data:`SHOWN` of them, then how many more), each
+    naming the workload, its sizes and what to do; one line when every workload does.
+    Workloads whose axes do not resolve are left to the guard to report."""
+    found = []
+    for i, wl in enumerate(workloads):
+        try:
+            ins, outs, need = guard_need_bytes(definition, wl)
+        except Exception:  # the guard reports a workload it cannot build, when it judges it
+            continue
+        if need > WARN_SHARE * total_bytes:
+            found.append((need, i, wl, ins, outs))
+    if not found:
+        return []
+    found.sort(key=lambda f: (-f[0], f[1]))
+    total = f"the device's {total_bytes / GIB:.1f} GiB in the guard"
+    if len(found) == len(workloads):  # none fits: one line, for the smallest
+        need, _, wl, ins, outs = found[-1]
+        verdict = "too large for" if need > total_bytes else "too large, or close to it, for"
+        return [
+            f"all {len(workloads)} workloads are {verdict} {total}: in the smallest, "
+            f"{wl.uuid} ({_axes(wl)}), {_sizes(ins, outs, need)}; use a device with more "
+            "memory"
+        ]
+    lines = []
+    for need, _, wl, ins, outs in found[:SHOWN]:
+        verdict = "cannot fit" if need > total_bytes else "may not fit"
+        lines.append(
+            f"workload {wl.uuid} ({_axes(wl)}) {verdict} {total}: {_sizes(ins, outs, need)}; "
+            "leave it out with --workloads or use a device with more memory"
+        )
+    if len(found) > SHOWN:
+        lines.append(f"... and {len(found) - SHOWN} more of the {len(workloads)} workloads")
+    return lines
+
+
+def _axes(wl: Workload) -> str:
+    return ", ".join(f"{k}={v}" for k, v in wl.axes.items())
+
+
+def _sizes(ins: int, outs: int, need: int) -> str:
+    return (
+        f"its inputs ({ins / GIB:.1f} GiB), their untouched copy and its outputs "
+        f"({outs / GIB:.1f} GiB) take {need / GIB:.1f} GiB before any temporary"
+    )
+
+
+def device_warnings(
+    definition: Definition, workloads: Sequence[Workload], device: str
+) -> list[str]:
+    """:func:`memory_warnings` for ``device`` (``cuda[:N]``; none on the CPU)."""
+    if not device.startswith("cuda"):
+        return []
+    import torch
+
+    index = torch.device(device).index or 0
+    total = int(torch.cuda.get_device_properties(index).total_memory)
+    return memory_warnings(definition, workloads, total)
+
+
+__all__ = ["GIB", "WARN_SHARE", "device_warnings", "guard_need_bytes", "memory_warnings"]
