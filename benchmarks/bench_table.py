@@ -147,6 +147,27 @@ def print_table(results: dict[str, Any]) -> None:
         "problems: "
         + (", ".join(f"{s['problem']} {s['compile_all_from']}" for s in every) or "none")
     )
+    widest = [(s, *w) for s in rows if (w := widest_compile(s)) is not None]
+    print(
+        "vs compile, each problem's widest figure (in search over every workload, else the "
+        f"baseline session's sample): {f(geomean([w[1] for w in widest]))} over "
+        f"{len(widest)}/{len(rows)} problems: "
+        + (", ".join(f"{s['problem']} {w} {n}" for s, _, w, n in widest) or "none")
+    )
+
+
+def widest_compile(s: dict[str, Any]) -> tuple[float, str, str] | None:
+    """A summary row's speedup over torch.compile over the most workloads it has: (ratio,
+    where from, workloads), or None when it has none."""
+    if s.get("vs_compile_all"):
+        n = s.get("compile_search_n") if s.get("compile_all_from") == "search" else None
+        return float(s["vs_compile_all"]), str(s.get("compile_all_from")), f"{n or 'all'}"
+    if s.get("vs_compile_search"):
+        return float(s["vs_compile_search"]), "search", str(s.get("compile_search_n"))
+    if s.get("vs_compile"):
+        of = f"/{s['compile_of']}" if s.get("compile_of") else ""
+        return float(s["vs_compile"]), "session", f"{s.get('compile_n')}{of}"
+    return None
 
 
 def merge(files: list[Path]) -> dict[str, Any]:

@@ -73,6 +73,23 @@ def test_merge_prints_one_table_over_split_runs(tmp_path: Path) -> None:
     assert "card: unrecorded" in out.stdout, "rows written before rows named their card"
 
 
+def test_merge_prints_the_geomean_of_each_problems_widest_compile_figure(tmp_path: Path) -> None:
+    """The search's figure over every workload where a row has it, else the baseline
+    session's sample; a row with neither is left out and counted."""
+    searched = {**_summary("P1", 0.0, 0.5), "vs_compile": None, "compile_n": 0}
+    searched |= {"vs_compile_search": 3.0, "compile_search_n": 4}
+    searched |= {"vs_compile_all": 3.0, "compile_all_from": "search"}
+    sampled = {**_summary("P2", 12.0, 0.5), "compile_n": 2, "compile_of": 4}
+    neither = {**_summary("P3", 0.0, 0.5), "vs_compile": None, "compile_n": 0}
+    f = tmp_path / "a.json"
+    f.write_text(json.dumps({k: {"summary": v} for k, v in
+                             (("P1", searched), ("P2", sampled), ("P3", neither))}))  # fmt: skip
+    out = _run(f)
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if "each problem's widest figure" in x)
+    assert line.endswith("6.00x over 2/3 problems: P1 search 4, P2 session 2/4"), line
+
+
 def test_merge_warns_when_rows_come_from_different_cards(tmp_path: Path) -> None:
     a = tmp_path / "a.json"
     rows = {k: {"summary": {**_summary(k, 2.0, 0.2), "gpu": g}}
