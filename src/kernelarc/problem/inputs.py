@@ -102,20 +102,19 @@ def estimate_input_bytes(definition: Definition, workload: Workload) -> int:
     """Bytes of the declared tensor inputs of a workload (scalars count 0), computed from
     shapes and dtypes without allocating. For custom workloads this is the declared size;
     the entrypoint may allocate more while it builds them."""
-    env = resolve_axes(definition, workload)
-    total = 0
-    for spec in definition.inputs.values():
-        shape = resolve_shape(spec.shape, env)
-        if shape is not None:
-            total += math.prod(shape) * DTYPE_BYTES[spec.dtype]
-    return total
+    return _declared_bytes(definition, workload, "inputs")
 
 
 def estimate_output_bytes(definition: Definition, workload: Workload) -> int:
     """Bytes of a workload's declared outputs, from shapes and dtypes without allocating."""
+    return _declared_bytes(definition, workload, "outputs")
+
+
+def _declared_bytes(definition: Definition, workload: Workload, side: str) -> int:
     env = resolve_axes(definition, workload)
+    specs = definition.inputs if side == "inputs" else definition.outputs
     total = 0
-    for spec in definition.outputs.values():
+    for spec in specs.values():
         shape = resolve_shape(spec.shape, env)
         if shape is not None:
             total += math.prod(shape) * DTYPE_BYTES[spec.dtype]
