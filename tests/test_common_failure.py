@@ -6,6 +6,7 @@ line, and that the reference's own code failed there too."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,4 +50,15 @@ def test_a_run_without_solution_names_the_failure_its_candidates_share(tmp_path:
     assert "Of the 1 candidates that failed, 1 failed first on workload" in result, result
     assert "(batch_size=16) with RUNTIME_ERROR" in result and FAILS in result, result
     assert "the reference's own code (`c0001-reference`) among them" in result, result
-    assert "leave it out with `--workloads`" in result
+    # the advice works as given: the run without that workload hands a solution over
+    (spec,) = re.findall(r"leave it out with `--workloads '(![^']+)'`", result)
+    assert spec == "!ka-rms512-b0016-27f9c6d0"
+    again = subprocess.run(
+        [*cli, "optimize", str(tmp_path / "fails16"), "--agents", "reference",
+         "--budget", "1", "--device", "cpu", "--full-iterations", "5", "--full-warmup", "1",
+         "--run-dir", str(tmp_path / "again"), "--workloads", spec],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    n = len((EXAMPLE / "workload.jsonl").read_text().strip().splitlines())
+    assert f"judging {n - 1} of the problem's {n} workloads" in again.stderr, again.stderr

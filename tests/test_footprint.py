@@ -73,7 +73,7 @@ def test_an_80_gb_card_is_warned_of_and_a_141_gb_card_is_not() -> None:
         "workload w3145728",
         "workload w2097152",
     ]
-    assert "leave it out with --workloads" in lines[0] and "cannot fit" in lines[0]
+    assert "leave it out with --workloads '!w4194304'" in lines[0] and "cannot fit" in lines[0]
     assert lines[3] == "... and 1 more of the 5 workloads"
 
 

@@ -275,6 +275,14 @@ def test_workload_selection(tmp_path: Path) -> None:
         problem.select(["q"])
     with pytest.raises(ProblemLoadError, match=r"index 9 is out of range; there are 4"):
         problem.workload(9)
+    # "!" leaves a workload out: of all of them, or of those named
+    assert [w.uuid for w in problem.select(["!1"])] == ["abc-1", "xyz-3", "7"]
+    assert [w.uuid for w in problem.select(["!abd, !xy"])] == ["abc-1", "7"]
+    assert [w.uuid for w in problem.select(["2,0", "!xyz"])] == ["abc-1"]
+    with pytest.raises(ProblemLoadError, match="no workload matches 'q'"):
+        problem.select(["!q"])
+    with pytest.raises(ProblemLoadError, match="leave none to judge"):
+        problem.select(["!0,!1,!2,!3"])
 
 
 # ---------------------------------------------------------------- solutions

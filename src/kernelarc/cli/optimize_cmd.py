@@ -123,7 +123,8 @@ def optimize_command(
             "--workloads",
             "-w",
             help="judge only these workloads: uuid, uuid prefix or index; repeatable or "
-            "comma-separated (the solution is then verified on them only)",
+            "comma-separated; '!X' leaves X out (of all workloads when only left-out ones "
+            "are given); the solution is then verified on the chosen ones only",
         ),
     ] = None,
     seed_solution: Annotated[

@@ -96,7 +96,10 @@ def sol_command(
     workloads: Annotated[
         list[str] | None,
         typer.Option(
-            "--workloads", "-w", help="uuid, uuid prefix or index; repeatable or comma-separated"
+            "--workloads",
+            "-w",
+            help="uuid, uuid prefix or index; repeatable or comma-separated; '!X' leaves X "
+            "out (of all workloads when only left-out ones are given)",
         ),
     ] = None,
     convention: Annotated[

@@ -74,7 +74,7 @@ def memory_warnings(
         verdict = "cannot fit" if need > total_bytes else "may not fit"
         lines.append(
             f"workload {wl.uuid} ({_axes(wl)}) {verdict} {total}: {_sizes(ins, outs, need)}; "
-            "leave it out with --workloads or use a device with more memory"
+            f"leave it out with --workloads '!{wl.uuid}' or use a device with more memory"
         )
     if len(found) > SHOWN:
         lines.append(f"... and {len(found) - SHOWN} more of the {len(workloads)} workloads")

@@ -51,7 +51,8 @@ class CommonFailure(BaseModel):
             text += (
                 " The reference itself fails there in the guard on this machine, so no "
                 "candidate can be verified on that workload here: leave it out with "
-                "`--workloads`, or run where it fits (out of memory: a GPU with more memory)."
+                f"`--workloads '!{self.workload}'`, or run where it fits (out of memory: "
+                "a GPU with more memory)."
             )
         return text
 

@@ -63,16 +63,26 @@ class Problem:
 
     def select(self, spec: list[str]) -> list[Workload]:
         """Workloads named by ``spec`` (items as in :meth:`workload`; an item may also hold
-        several, comma-separated), in the order given, each at most once."""
+        several, comma-separated), in the order given, each at most once. An item written
+        ``!ITEM`` leaves that workload out: of the named ones, or of all of them in the
+        problem's order when only left-out ones are named."""
         chosen: list[int] = []
+        left_out: set[int] = set()
         for item in spec:
-            for part in str(item).split(","):
-                if not part.strip():
-                    continue
-                index = self._index_of(part.strip())
-                if index not in chosen:
+            for part in (p.strip() for p in str(item).split(",")):
+                if part.startswith("!"):
+                    left_out.add(self._index_of(part[1:].strip()))
+                elif part and (index := self._index_of(part)) not in chosen:
                     chosen.append(index)
-        return [self.workloads[i] for i in chosen]
+        if not chosen:
+            chosen = list(range(len(self.workloads))) if left_out else []
+        kept = [self.workloads[i] for i in chosen if i not in left_out]
+        if not kept and left_out:
+            raise ProblemLoadError(
+                str(self.root / WORKLOADS_FILE),
+                f"{self.name}: the workloads chosen leave none to judge",
+            )
+        return kept
 
     def _index_of(self, key: str | int) -> int:
         file = str(self.root / WORKLOADS_FILE)
