@@ -119,7 +119,6 @@ def confirm(orch: Orchestrator, chosen: Pass, passes: list[Pass]) -> Pass | None
     confirmed (time limit, or a stop signal, which abandons the confirmation in progress),
     the best by search score whose confirmation did not fail; None when every candidate
     tried failed its confirmation (never handed over)."""
-
     hashes = {chosen[0].content_hash}
     queue = [chosen]
     for p in sorted(passes, key=lambda p: (-(p[1].result.score or 0.0), p[0].seq)):

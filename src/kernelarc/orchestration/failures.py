@@ -18,10 +18,6 @@ from pydantic import BaseModel, ConfigDict
 
 from kernelarc.store.base import Store
 
-REFERENCE_AGENTS = frozenset({"reference", "reference-fallback"})
-"""Agents whose candidate is the problem's reference code unchanged (the built-in
-``reference`` agent, the run's fallback)."""
-
 
 class CommonFailure(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -57,13 +53,14 @@ class CommonFailure(BaseModel):
         return text
 
 
-def common_failure(store: Store) -> CommonFailure | None:
+def common_failure(store: Store, reference_hash: str) -> CommonFailure | None:
     """The largest group of candidates that failed first at the same status and workload
-    (ties: the group met first); None when no candidate failed."""
+    (ties: the group met first); None when no candidate failed. ``reference_hash``: the
+    content hash of the problem's reference as a solution, to tell its own candidates."""
     latest = {}
     for ev in store.evaluations():
         latest[ev.candidate_id] = ev
-    agents = {c.id: c.agent for c in store.candidates()}
+    itself = {c.id for c in store.candidates() if c.content_hash == reference_hash}
     groups: dict[tuple[str, str], list[tuple[str, str, dict[str, int]]]] = {}
     failed = 0
     for cid, ev in latest.items():
@@ -84,7 +81,7 @@ def common_failure(store: Store) -> CommonFailure | None:
         axes=members[0][2],
         candidates=[m[0] for m in members],
         of=failed,
-        reference=next((m[0] for m in members if agents.get(m[0]) in REFERENCE_AGENTS), None),
+        reference=next((m[0] for m in members if m[0] in itself), None),
         log=members[0][1][:300],
     )
 

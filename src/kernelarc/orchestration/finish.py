@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from kernelarc.orchestration.orchestrator import Orchestrator
 
 COMPOSER = "composer"
-FALLBACK = "reference-fallback"  # also in ``failures.REFERENCE_AGENTS``
+FALLBACK = "reference-fallback"
 COMPOSE_MARGIN = 2.0
 """A composition is judged only when the per-workload winners, routed at no cost, would beat
 the best single candidate by more than this many times ``min_gain`` (dispatching does cost:
@@ -76,11 +76,18 @@ def finish(orch: Orchestrator) -> dict[str, Any]:
 
 
 def _finish(orch: Orchestrator) -> dict[str, Any]:
+    from kernelarc.problem.reference import reference_solution
+
     store, cfg = orch.store, orch.config
+    reference = reference_solution(
+        orch.problem.definition,
+        agent=FALLBACK,
+        description="The problem's reference, unchanged: no candidate of the run beat it.",
+    )
     passes = _full_passes(store)
     if not passes:
         why: dict[str, Any] = {"why": "no candidate passed the full protocol"}
-        common = common_failure(store)
+        common = common_failure(store, reference.content_hash())
         if common is not None:
             why["common_failure"] = common.sentence()
         orch.event("no_solution", why)
@@ -100,13 +107,6 @@ def _finish(orch: Orchestrator) -> dict[str, Any]:
             composed = None
         if composed is not None:
             chosen = composed
-    from kernelarc.problem.reference import reference_solution
-
-    reference = reference_solution(
-        orch.problem.definition,
-        agent=FALLBACK,
-        description="The problem's reference, unchanged: no candidate of the run beat it.",
-    )
     confirmable = cfg.confirm and chosen[0].content_hash != reference.content_hash()
     if confirmable and orch.interrupted:
         orch.event("confirmation_skipped", {"candidate": chosen[0].id, "why": INTERRUPTED})

@@ -102,17 +102,16 @@ def estimate_input_bytes(definition: Definition, workload: Workload) -> int:
     """Bytes of the declared tensor inputs of a workload (scalars count 0), computed from
     shapes and dtypes without allocating. For custom workloads this is the declared size;
     the entrypoint may allocate more while it builds them."""
-    return _declared_bytes(definition, workload, "inputs")
+    return _declared_bytes(definition.inputs, definition, workload)
 
 
 def estimate_output_bytes(definition: Definition, workload: Workload) -> int:
     """Bytes of a workload's declared outputs, from shapes and dtypes without allocating."""
-    return _declared_bytes(definition, workload, "outputs")
+    return _declared_bytes(definition.outputs, definition, workload)
 
 
-def _declared_bytes(definition: Definition, workload: Workload, side: str) -> int:
+def _declared_bytes(specs: Mapping[str, Any], definition: Definition, workload: Workload) -> int:
     env = resolve_axes(definition, workload)
-    specs = definition.inputs if side == "inputs" else definition.outputs
     total = 0
     for spec in specs.values():
         shape = resolve_shape(spec.shape, env)

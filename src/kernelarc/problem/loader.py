@@ -74,8 +74,8 @@ class Problem:
                     left_out.add(self._index_of(part[1:].strip()))
                 elif part and (index := self._index_of(part)) not in chosen:
                     chosen.append(index)
-        if not chosen:
-            chosen = list(range(len(self.workloads))) if left_out else []
+        if left_out and not chosen:
+            chosen = list(range(len(self.workloads)))
         kept = [self.workloads[i] for i in chosen if i not in left_out]
         if not kept and left_out:
             raise ProblemLoadError(

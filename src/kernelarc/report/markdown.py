@@ -43,10 +43,11 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
 
 def _no_result(report: RunReport) -> list[str]:
     """Why there is no handed-over solution: none passed, or the run never got to choose."""
-    if any(e["kind"] == "no_solution" for e in report.notable):
+    ended = [e for e in report.notable if e["kind"] == "no_solution"]
+    if ended:
         lines = ["**No solution passed the full protocol.** See the trajectory and events below."]
-        if report.common_failure is not None:
-            lines += ["", report.common_failure.sentence()]
+        if ended[-1].get("common_failure"):  # the failure most candidates shared
+            lines += ["", str(ended[-1]["common_failure"])]
         return lines
     stopped = report.summary.get("stopped")
     when = (

@@ -17,7 +17,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from kernelarc.agents.types import Conclusion, WorkloadResult
-from kernelarc.orchestration.failures import CommonFailure, common_failure
 from kernelarc.report.baseline import CompileBaseline, compile_baseline
 from kernelarc.store.base import Store
 
@@ -79,8 +78,6 @@ class RunReport(BaseModel):
     compile_baseline: CompileBaseline | None = None
     """torch.compile's baseline as the run judged it (``baseline.py``), beside the chosen
     candidate; None without a chosen one or without the baseline."""
-    common_failure: CommonFailure | None = None
-    """Without a handed-over solution: where most failed candidates failed first."""
 
 
 def _seconds(at: str, start: datetime) -> float:
@@ -145,5 +142,4 @@ def read_run(store: Store, run_dir: Path) -> RunReport:
         conclusions=store.conclusions(),
         notable=[{"kind": e.kind, **e.payload} for e in events if e.kind in NOTABLE],
         compile_baseline=compile_baseline(store, str(origin or best_id)) if best_id else None,
-        common_failure=None if best_id else common_failure(store),
     )
