@@ -1,6 +1,7 @@
 """Problems whose reference writes an input in place (a KV-cache update: L1 018 writes
 `key_cache`/`value_cache` and returns them). The guard lets a candidate write (and return)
-exactly the inputs the reference itself writes, and no others. Before, the reference
+exactly the inputs the reference itself writes, and no others, whether it finds writes by
+copies or by fingerprints. Before, the reference
 itself was judged REWARD_HACK (input-mutation) on such a problem: nothing could pass."""
 
 from __future__ import annotations
@@ -86,14 +87,20 @@ def _solution(name: str, code: str) -> Solution:
     )
 
 
-@pytest.fixture(scope="module")
-def guard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Guard]:
+@pytest.fixture(scope="module", params=[256 << 20, 0], ids=["copied", "fingerprinted"])
+def guard(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Guard]:
+    """Inputs copied to find writes (the default for small tensors), and fingerprinted
+    (``copy_bytes=0``: what tensors of 256 MiB or more get, ``guard/call_checks.py``)."""
     root = tmp_path_factory.mktemp("cache_update")
     (root / "definition.json").write_text(json.dumps(DEFINITION))
     rows = [{"uuid": f"cache-n{n}", "axes": {"n": n}, "inputs": {"x": {"type": "random"},
              "cache": {"type": "random"}}} for n in (2, 5)]  # fmt: skip
     (root / "workload.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    config = GuardConfig(device="cpu", warmup=1, iterations=3, cache_dir=root / "cache")
+    config = GuardConfig(
+        device="cpu", warmup=1, iterations=3, cache_dir=root / "cache", copy_bytes=request.param
+    )
     with Guard(load_problem(root), config) as g:
         yield g
 

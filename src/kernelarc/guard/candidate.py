@@ -1,10 +1,11 @@
 """The candidate role of the worker: one solution, called under the sentinel.
 
 Per correctness round: inputs are generated from the round's seed (the same seed the
-reference worker gets), pristine copies kept, outputs pre-filled with NaN (destination
-passing) and the solution called. Then: the sentinel's post-call checks, outputs must be
-plain tensors on the right device that do not alias an input, inputs must be bit-identical
-to their copies, and the outputs are written as raw bytes for the judge.
+reference worker gets), their state recorded (``call_checks.py``: copies, fingerprints for
+large tensors), outputs pre-filled with NaN (destination passing) and the solution called.
+Then: the sentinel's post-call checks, outputs must be plain tensors on the right device
+that do not alias an input, inputs must be unchanged, and the outputs are written as raw
+bytes for the judge.
 
 For timing, a pool of distinct input sets (from their own seeds) is placed at shifted
 addresses; the outputs of sampled timed calls are written for the judge too, so stale or
@@ -22,6 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from kernelarc.guard.call_checks import Untouched, output_violations
 from kernelarc.guard.prewarm import Prewarm, prewarm_inductor, uses_inductor
 from kernelarc.guard.sentinel import Policy, Sentinel, Violation
 from kernelarc.guard.worker import normalize_outputs, resolve_device
@@ -37,11 +39,6 @@ def _without_run(source: str) -> str:
     return ast.unparse(tree)
 
 
-#: Non-tensor return values that are plain bugs (RUNTIME_ERROR); any other object in place
-#: of an output tensor is treated as posing as one (REWARD_HACK[output-type]).
-_HONEST_MISTAKES = (type(None), bool, int, float, complex, str, bytes, list, tuple, dict)
-
-
 def _viol(vs: list[Violation]) -> list[dict[str, str]]:
     return [{"check": v.check, "detail": v.detail} for v in vs]
 
@@ -52,11 +49,6 @@ def calls_to_judge(mid: int, last: int, one_call_bytes: int, device_bytes: int) 
     if 2 * one_call_bytes > device_bytes // 4:
         return [last]
     return sorted({mid, last})
-
-
-def _storage_range(t: Any) -> tuple[int, int]:
-    s = t.untyped_storage()
-    return s.data_ptr(), s.data_ptr() + s.nbytes()
 
 
 class CandidateRole:
@@ -196,6 +188,25 @@ class CandidateRole:
             outs.append(t)
         return outs
 
+    def _one_sample(self, workload: Any) -> bool:
+        """Whether only the last timed call's outputs are judged (:func:`calls_to_judge`,
+        from the declared output sizes): then no earlier call's outputs are kept during the
+        timing, and the last call's inputs are not held for the re-check. On an 80 GB H100,
+        L2 025's timing held its 24 GiB of inputs, the middle call's 24 GiB of gradients and
+        the running call's (session 33)."""
+        import torch
+
+        from kernelarc.problem.inputs import estimate_output_bytes
+
+        if self.device.type != "cuda":
+            return False
+        try:
+            size = estimate_output_bytes(self.definition, workload)
+        except (ValueError, KeyError):  # axes that do not resolve: the call reports them
+            return False
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        return calls_to_judge(0, 1, size, total) == [1]
+
     def _sampled_calls(
         self, kept: dict[int, Any], mid: int, calls: int, outs: list[Any], k: int
     ) -> list[int]:
@@ -208,6 +219,8 @@ class CandidateRole:
         import torch
 
         last = calls - 1
+        if mid not in kept:  # not kept (:meth:`_one_sample`)
+            return [last]
         if self.device.type != "cuda" or last not in kept:
             return sorted({mid, last})
         size = sum(
@@ -232,45 +245,6 @@ class CandidateRole:
             return tuple(outputs)
         outs = self.definition.outputs
         return normalize_outputs(ret, len(outs), list(outs))
-
-    def _output_violations(
-        self, outs: tuple[Any, ...], inputs: list[Any], aliases: dict[str, str]
-    ) -> list[Violation]:
-        """Outputs that are not plain tensors on the device. An output sharing memory with
-        an input goes to ``aliases`` (output name -> input name): allowed only where the
-        reference writes that input itself (the parent decides, ``session.py``)."""
-        import torch
-
-        found = []
-        ranges = [
-            (name, _storage_range(t))
-            for name, t in zip(self.definition.inputs, inputs, strict=False)
-            if isinstance(t, torch.Tensor)
-        ]
-        for name, t in zip(self.definition.outputs, outs, strict=False):
-            if not isinstance(t, torch.Tensor) and not isinstance(t, _HONEST_MISTAKES):
-                found.append(
-                    Violation(
-                        "output-type", f"{name} is a {type(t).__qualname__} posing as a tensor"
-                    )
-                )
-            elif isinstance(t, torch.Tensor) and type(t) is not torch.Tensor:
-                found.append(
-                    Violation(
-                        "output-type",
-                        f"{name} is a {type(t).__qualname__}, not a plain torch.Tensor",
-                    )
-                )
-            elif isinstance(t, torch.Tensor) and t.device != self.device:
-                found.append(
-                    Violation("output-type", f"{name} is on {t.device}, expected {self.device}")
-                )
-            elif isinstance(t, torch.Tensor) and not self.dps and t.numel():
-                lo, hi = _storage_range(t)
-                shared = [n for n, (a, b) in ranges if lo < b and a < hi]
-                if shared:
-                    aliases[name] = shared[0]
-        return found
 
     def _write(
         self, outs: tuple[Any, ...], tag: str, exchange: Path, ipc: bool
@@ -307,6 +281,13 @@ class CandidateRole:
         return None
 
     # ------------------------------------------------------------------ requests
+    def release(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Let go of the outputs still exported to the reference worker and of the timed
+        inputs kept for a re-check (before the reference is timed beside this worker)."""
+        self._exporter.release()
+        self._timed.clear()
+        return {"ok": True}
+
     def warm(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The compile pass (``compile_pool.py``): one call per workload with Inductor's
         compile pool up, before anything is judged."""
@@ -344,7 +325,7 @@ class CandidateRole:
                     for buf in old_out:
                         poison(buf)
                     outputs = old_out
-            pristine = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
+            untouched = Untouched(inputs, int(msg["copy_bytes"]))
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         try:
@@ -362,18 +343,15 @@ class CandidateRole:
         with self.sentinel.harness():
             wrote = [  # judged by the parent against what the reference itself writes
                 name
-                for name, a, b in zip(self.definition.inputs, inputs, pristine, strict=True)
-                if isinstance(a, torch.Tensor)
-                and not (
-                    a.shape == b.shape
-                    and a.dtype == b.dtype
-                    and torch.equal(
-                        a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
-                    )
+                for name, changed in zip(
+                    self.definition.inputs, untouched.written(inputs), strict=True
                 )
+                if changed
             ]
             aliases: dict[str, str] = {}
-            found += self._output_violations(outs, inputs, aliases)
+            found += output_violations(
+                self.definition, outs, inputs, self.device, self.dps, aliases
+            )
             bad = self._bad_count(outs)
             if bad:
                 return {**bad, "violations": _viol(self.sentinel.take() + found)}
@@ -422,6 +400,7 @@ class CandidateRole:
         # reference judged as a candidate read 0.52-0.62x of itself on its larger shapes).
         kept: dict[int, Any] = {}
         mid = int(msg["warmup"]) + int(msg["iterations"]) // 2
+        one = self._one_sample(wl)
         k = len(pool)
         # The timed region holds the solution's call alone, as for the reference (worker.py):
         # argument lists are built, and results kept and normalised, outside it. (With the
@@ -433,7 +412,7 @@ class CandidateRole:
 
         def before(i: int) -> None:
             with self.sentinel.harness():
-                for idx in [x for x in kept if x != mid]:
+                for idx in [x for x in kept if one or x != mid]:
                     del kept[idx]
                 if i and i % k == 0:  # the pool wrapped: move every set to a new address
                     argsets[:] = [[] for _ in range(k)]  # old tensors go as each is moved
@@ -492,7 +471,9 @@ class CandidateRole:
                     sampled.append([seeds[j], headers])
             compiled = compile_stats()
         final = (calls - 1) % k
-        self._timed = {wl.uuid: (pool[final], outs[final])}
+        # the re-check reuses these addresses, unless they would crowd the reference's
+        # computation of the judged outputs (then it runs at fresh ones)
+        self._timed = {} if one else {wl.uuid: (pool[final], outs[final])}
         pool.clear()
         outs.clear()
         kept.clear()  # the worker loop then hands cached memory back (worker.release_cached)
@@ -502,6 +483,7 @@ class CandidateRole:
             "samples_ms": res.samples_ms,
             "pool": k,
             "sampled": sampled,
+            "one_sample": one,
             "phases_s": {"inputs": t1 - t0, "calls": t2 - t1, "outputs": time.monotonic() - t2},
             "torch_compile": compiled,
             "violations": _viol(self.sentinel.take() + found),

@@ -47,6 +47,13 @@ class GuardConfig(BaseModel):
         description="most distinct input sets in a timing pool (0: as many as fit, "
         "see timing.pool_size); the same for candidates and the reference",
     )
+    copy_bytes: int = Field(
+        default=256 << 20,
+        ge=0,
+        description="tensor inputs this large or larger are fingerprinted, not copied, to find "
+        "a candidate's writes to them (guard/call_checks.py): a copy of tens of GB does not fit "
+        "beside the inputs and outputs; 0: every tensor input fingerprinted",
+    )
     seed: int = 200
     strict_precision: bool = False
     time_reference: bool = True

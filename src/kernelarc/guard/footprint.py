@@ -1,18 +1,21 @@
 """Workloads too large for the device's memory in the guard, said before anything is judged.
 
-In a correctness round the candidate's worker holds a workload's inputs, an untouched copy
-of them (to find writes to inputs, ``candidate.py``) and the outputs as the call makes
-them: at least twice the inputs plus the outputs, before any temporary of the solution's
-own, while the reference's worker holds the same workload's inputs and outputs at other
-times. L2 025 on an 80 GB H100 (session 33): 24.1 GiB of inputs and 24.1 GiB of outputs
-for ``num_tokens``=2048, 72.3 GiB by this count against 79.2 GiB; every one of 13
-candidates, the reference's own code among them, then ran out of memory in its first round,
-after 112 s of judging. :func:`memory_warnings` says so at the start instead.
+The most the guard holds of a workload at once is its inputs and its outputs twice: the
+reference's worker makes its inputs and outputs while the candidate's outputs, exported
+to it for the comparison, are still held (``session.py``); the candidate's own call holds
+the inputs and its outputs, beside copies of inputs under ``GuardConfig.copy_bytes``
+(larger ones are fingerprinted, ``call_checks.py``). L2 025 on an 80 GB H100 (session 33):
+24.1 GiB of inputs and 24.1 GiB of outputs for ``num_tokens``=2048, 72.2 GiB by this count
+against 79.2 GiB. Before the fingerprints, an untouched copy of the inputs made the
+candidate's call alone as large, and every one of 13 candidates, the reference's own code
+among them, ran out of memory in its first round after 112 s of judging.
+:func:`memory_warnings` names such workloads at the start.
 
 Covered: the declared tensor inputs and outputs of each workload (``problem.inputs``'
 estimates, custom inputs by their declared shapes). Not covered: the solution's and the
-reference's temporaries, memory other processes hold, outputs that alias inputs (counted
-twice), and the host's memory on the CPU (nothing is said there).
+reference's temporaries, the copies of small inputs, memory other processes hold, outputs
+that alias inputs (counted twice), and the host's memory on the CPU (nothing is said
+there).
 """
 
 from __future__ import annotations
@@ -23,8 +26,7 @@ from kernelarc.problem.schema import Definition, Workload
 
 WARN_SHARE = 0.8
 """A workload is named when its count exceeds this share of the device's memory: the rest
-is little room for temporaries, two CUDA contexts and the allocator's slack (L2 025's 72.3
-GiB of 79.2 GiB, 91%, failed)."""
+is little room for temporaries, the workers' CUDA contexts and the allocator's slack."""
 
 SHOWN = 3
 """Workloads named one by one; the rest are counted."""
@@ -33,13 +35,13 @@ GIB = float(1 << 30)
 
 
 def guard_need_bytes(definition: Definition, workload: Workload) -> tuple[int, int, int]:
-    """(inputs, outputs, the count) in bytes: the count is twice the inputs plus the
+    """(inputs, outputs, the count) in bytes: the count is the inputs plus twice the
     outputs (module docstring)."""
     from kernelarc.problem.inputs import estimate_input_bytes, estimate_output_bytes
 
     ins = estimate_input_bytes(definition, workload)
     outs = estimate_output_bytes(definition, workload)
-    return ins, outs, 2 * ins + outs
+    return ins, outs, ins + 2 * outs
 
 
 def memory_warnings(
@@ -87,8 +89,9 @@ def _axes(wl: Workload) -> str:
 
 def _sizes(ins: int, outs: int, need: int) -> str:
     return (
-        f"its inputs ({ins / GIB:.1f} GiB), their untouched copy and its outputs "
-        f"({outs / GIB:.1f} GiB) take {need / GIB:.1f} GiB before any temporary"
+        f"its inputs ({ins / GIB:.1f} GiB) and its outputs twice, the solution's and the "
+        f"reference's ({outs / GIB:.1f} GiB each), take {need / GIB:.1f} GiB before any "
+        "temporary"
     )
 
 
