@@ -7,6 +7,14 @@ Then: the sentinel's post-call checks, outputs must be plain tensors on the righ
 that do not alias an input, inputs must be unchanged, and the outputs are written as raw
 bytes for the judge.
 
+Memory that making the inputs freed (a generator's temporaries) goes back to the driver
+before the call (``worker.release_cached``): left cached, such a block can be split for a
+small output, which then holds all of it. On an 80 GB H100, L2 025's candidate worker had
+32.66 GiB in use while its 24 GiB of outputs waited to be judged, and the reference worker,
+making its own, ran out of memory (session 34); by the allocator's rules the likely 8 GiB
+is a freed temporary of the weight generation (``randn(...) * 0.02``) split for the 32 MiB
+``grad_hidden_states`` or the copies of small inputs. Not yet checked on a GPU.
+
 For timing, a pool of distinct input sets (from their own seeds) is placed at shifted
 addresses; the outputs of sampled timed calls are written for the judge too, so stale or
 cached results during timing are caught. A solution never sees the reference's ``run``:
@@ -26,7 +34,7 @@ from typing import Any
 from kernelarc.guard.call_checks import Untouched, output_violations
 from kernelarc.guard.prewarm import Prewarm, prewarm_inductor, uses_inductor
 from kernelarc.guard.sentinel import Policy, Sentinel, Violation
-from kernelarc.guard.worker import normalize_outputs, resolve_device
+from kernelarc.guard.worker import normalize_outputs, release_cached, resolve_device
 
 
 def _without_run(source: str) -> str:
@@ -325,6 +333,7 @@ class CandidateRole:
                     for buf in old_out:
                         poison(buf)
                     outputs = old_out
+            release_cached(self.device)  # what making the inputs freed (module docstring)
             untouched = Untouched(inputs, int(msg["copy_bytes"]))
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
@@ -393,6 +402,7 @@ class CandidateRole:
             )
             seeds = [int(s) for s in msg["seeds"][: len(pool)]]
             outs = [placed(self._alloc_outputs(wl)) if self.dps else [] for _ in pool]
+            release_cached(self.device)
         # Outputs kept for the judge: the middle timed call's and the latest call's. Any
         # other call's outputs are released before the next call (outside the timed region):
         # holding every slot's outputs alive made each call allocate fresh memory, a cost

@@ -177,6 +177,7 @@ class ReferenceRole:
             }
         try:
             gen = self._inputs(wl, key[1])
+            release_cached(self.device)  # the generator's temporaries (candidate.py says why)
             self.input_notes[wl.uuid] = list(gen.notes)
             before = {n: _version(t) for n, t in gen.values.items()}
             outs = normalize_outputs(
@@ -285,6 +286,7 @@ class ReferenceRole:
             self.device,
             cap=int(msg.get("pool_sets", 0)),
         )
+        release_cached(self.device)
 
         def before(i: int) -> None:
             if i and i % len(pool) == 0:  # the pool wrapped: every set to a new address
