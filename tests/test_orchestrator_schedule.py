@@ -37,6 +37,7 @@ from data.orchestrator.harness import (
 from kernelarc.agents.base import Rebasing
 from kernelarc.agents.types import AgentContext, Proposal
 from kernelarc.guard.evaluator import Guard
+from kernelarc.orchestration import schedule
 from kernelarc.orchestration.finish import COMPOSER
 from kernelarc.orchestration.judge import TIME_LIMIT
 from kernelarc.orchestration.orchestrator import Orchestrator
@@ -291,6 +292,50 @@ def test_under_a_time_limit_building_on_another_agents_best_goes_first(
         assert first(None, "c-best") == "A"  # no time limit: priority
     finally:
         store.close()
+
+
+class Leading(ScriptedAgent):
+    """A scripted agent of class priority 50."""
+
+    priority = 50
+
+
+class Waiting(ScriptedAgent):
+    """A scripted agent asked again only once the board has changed."""
+
+    waits_for_board = True
+
+
+def on_the_best(context: AgentContext) -> Proposal | None:
+    """B's step: nothing while the board has no other agent's best, else, after 0.5 s of
+    building, a (failing) proposal with that best as its parent."""
+    best = context.board.best() if context.board else None
+    if best is None or best.agent == "B":
+        return None
+    time.sleep(0.5)
+    return Proposal(
+        solution=rms("ob", fail=True), hypothesis="on the best", parent_id=best.candidate_id
+    )
+
+
+@pytest.mark.parametrize("wait_s", [3.0, 0.0])
+def test_after_a_new_best_the_pick_waits_briefly_for_a_proposal_built_on_it(
+    guard: Guard, problem: Problem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wait_s: float
+) -> None:
+    """C's solution (priority 50) is judged first and becomes the board's best. A's second
+    proposal, of its own line, is ready at once; B's, built on C's best, takes 0.5 s. Under
+    a time limit the pick waits for it (up to ``ON_BEST_WAIT_S``), so B's is judged before
+    A's; with no wait, A's goes first, as on the H100 when the CUDA graph of a new best came
+    too late (``schedule.gather_on_best``)."""
+    monkeypatch.setattr(schedule, "ON_BEST_WAIT_S", wait_s)
+    c = Leading([rms("oc")], name="C")
+    a = ScriptedAgent(fails("oa", 3), name="A")
+    b = Waiting([on_the_best, on_the_best], name="B")
+    run = search(guard, problem, tmp_path, [c, a, b], budget=4, time_limit_s=3600.0)
+    order = "".join(x.agent for x in run.candidates)
+    assert order[:3] == ("CBA" if wait_s else "CAB"), run.describe()
+    b_cand = next(x for x in run.candidates if x.agent == "B")
+    assert b_cand.parent_id == run.candidates[0].id, run.describe()
 
 
 def test_time_is_kept_for_the_composition_once_it_is_possible(

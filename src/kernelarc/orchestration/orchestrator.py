@@ -32,6 +32,7 @@ from kernelarc.orchestration.resume import ORCHESTRATOR, incumbent_view, restore
 from kernelarc.orchestration.rundir import RunDir
 from kernelarc.orchestration.schedule import (
     gather_first_round,
+    gather_on_best,
     judging_order,
     retire_if_no_time,
     warn_if_full_too_slow,
@@ -75,6 +76,9 @@ class Orchestrator:
         """Agents (``waits_for_board``) that had nothing to propose: the board version they
         saw; asked again once the board has changed."""
         self.asked: dict[str, int] = {}
+        self.best_gathered: tuple[str, str] | None = None
+        """The board's best when a pick last waited for proposals built on it
+        (``schedule.gather_on_best``)."""
         self.errors: dict[str, int] = {n: 0 for n in self.agents}
         self.told_s = 0.0
         """Seconds spent telling (judging) ready proposals so far in this process; a ready
@@ -166,6 +170,7 @@ class Orchestrator:
             if not gathered:
                 gathered = True
                 done = gather_first_round(self, inflight, done)
+            done = gather_on_best(self, inflight, done)
             # One ready proposal is judged at a time, then idle agents are asked again:
             # a new incumbent reaches every agent's next proposal before the rest of the
             # ready ones are judged (see ``schedule.judging_order``).
