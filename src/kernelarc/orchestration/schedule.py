@@ -62,7 +62,7 @@ def gather_on_best(
     ready proposal builds on it, the proposals of agents asked since that change that become
     ready within ``ON_BEST_WAIT_S`` (until one builds on the best). On the H100
     (2026-12-06, L1 017): the precision agent's new best (3.34x) came at 174 s of 240 s, and
-    the compiler's next configuration of an older base, ready beforehand, went before the
+    the compiler's next configuration of an older base went before the
     CUDA graph of that best, being built: the limit cut the compile, and the CUDA graph was
     never judged (the run before, where it was ready in time: 6.03x from 3.79x). Under no
     time limit, nothing waits."""
