@@ -61,11 +61,10 @@ def gather_on_best(
     """``done``, and, the first time a pick is made after the board's best changed while no
     ready proposal builds on it, the proposals of agents asked since that change that become
     ready within ``ON_BEST_WAIT_S`` (until one builds on the best). On the H100
-    (2026-12-06, L1 017): the precision agent's new best (3.34x) came at 174 s of 240 s, and
-    the compiler's next configuration of an older base went before the
-    CUDA graph of that best, being built: the limit cut the compile, and the CUDA graph was
-    never judged (the run before, where it was ready in time: 6.03x from 3.79x). Under no
-    time limit, nothing waits."""
+    (2026-12-06, L1 017): the precision agent's new best (3.34x) came at 174 s of 240 s; the
+    compiler's next configuration of an older base was judged next, the limit cut it, and
+    no CUDA graph of that best was judged (in the run before, one took 3.79x to 6.03x).
+    Under no time limit, nothing waits."""
     best = orch.board.best() if orch.config.board else None
     if orch.config.time_limit_s is None or best is None or best == orch.best_gathered:
         return done
