@@ -6,7 +6,8 @@ workers ran in PID namespaces of their own, and works since the reference worker
 none, 2026-12-02).
 
 CPU: the pool rules, the protocol's header checks, and whole evaluations with a one-set pool
-(``GuardConfig.pool_sets=1``), among them a pointer-caching cheat that must still be caught.
+(``GuardConfig.pool_sets=1``), among them a pointer-caching cheat that must still be caught,
+and with the one-judged-call regime of outputs that crowd the device (its memory set small).
 GPU (skipped without CUDA): a handle exported by another process read back, forged headers
 refused, and whole evaluations whose outputs cross over IPC (right and wrong solutions).
 """
@@ -109,6 +110,49 @@ def test_one_set_pool_judges_and_still_catches_pointer_caching() -> None:
     assert ok is not None and ok.status.value == "PASSED", ok and ok.log
     assert (res.outcomes[0].latency or {}).get("pool") == 1
     assert bad is not None and bad.status.value == "REWARD_HACK", bad and bad.status
+    assert bad.log.startswith("REWARD_HACK[recheck]"), bad.log
+
+
+@pytest.mark.parametrize("memory", [None, 1 << 10], ids=["cpu", "crowded"])
+def test_when_two_calls_outputs_crowd_the_device_the_last_alone_is_judged(
+    monkeypatch: pytest.MonkeyPatch, memory: int | None
+) -> None:
+    """The device's memory as the parent reads it (None on the CPU), or 1 KiB, which two
+    timed calls' RMSNorm outputs crowd (as L2 025's 24 GiB of gradients crowd an 80 GB
+    H100): then the time request says ``one_sample``, the candidate's worker judges its
+    last timed call alone, keeps no inputs for the re-check, and is told to let go of its
+    outputs before the reference is timed. A legitimate solution passes either way; the
+    cheat that replays its last answer is still caught on its last timed call."""
+    from kernelarc.guard import isolation
+
+    monkeypatch.setattr(Guard, "device_memory", memory)
+    sent: list[tuple[str, dict]] = []
+    request = isolation.WorkerProcess.request
+
+    def spy(self: isolation.WorkerProcess, msg: dict, timeout: float) -> dict:
+        reply = request(self, msg, timeout)
+        sent.append((str(msg.get("op")), {"msg": msg, "reply": reply}))
+        return reply
+
+    monkeypatch.setattr(isolation.WorkerProcess, "request", spy)
+    problem = load_problem(example_dir("rmsnorm_h512"))
+    cfg = GuardConfig(device="cpu", rounds=2, warmup=2, iterations=12, warm_spare=False)
+    legit = _solution(CORPUS / "legit" / "functional_rms_norm.py", "legit")
+    cheat = _solution(CORPUS / "evil" / "recheck_data_ptr.py", "cheat")
+    wl = problem.workloads[:1]
+    crowded = memory is not None
+    with Guard(problem, cfg) as guard:
+        ok = guard.evaluate(legit, workloads=wl).traces[0].evaluation
+        timed = [x for op, x in sent if op == "time" and "one_sample" in x["msg"]]
+        releases = [op for op, _ in sent if op == "release"]
+        sent.clear()
+        bad = guard.evaluate(cheat, workloads=wl).traces[0].evaluation
+    assert ok is not None and ok.status.value == "PASSED", ok and ok.log
+    assert len(timed) == 1 and timed[0]["msg"]["one_sample"] is crowded
+    assert timed[0]["reply"]["one_sample"] is crowded
+    assert len(timed[0]["reply"]["sampled"]) == (1 if crowded else 2)
+    assert releases == (["release"] if crowded else [])
+    assert bad is not None and bad.status.value == "REWARD_HACK", bad and bad.log
     assert bad.log.startswith("REWARD_HACK[recheck]"), bad.log
 
 

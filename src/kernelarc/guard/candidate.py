@@ -53,8 +53,11 @@ def _viol(vs: list[Violation]) -> list[dict[str, str]]:
 
 def calls_to_judge(mid: int, last: int, one_call_bytes: int, device_bytes: int) -> list[int]:
     """The timed calls whose outputs are judged: the middle and the last one, or the last
-    alone when two calls' outputs take over a quarter of the device's memory."""
-    if 2 * one_call_bytes > device_bytes // 4:
+    alone when two calls' outputs take over a quarter of the device's memory
+    (``footprint.two_calls_crowd``)."""
+    from kernelarc.guard.footprint import two_calls_crowd
+
+    if two_calls_crowd(one_call_bytes, device_bytes):
         return [last]
     return sorted({mid, last})
 
@@ -196,25 +199,6 @@ class CandidateRole:
             outs.append(t)
         return outs
 
-    def _one_sample(self, workload: Any) -> bool:
-        """Whether only the last timed call's outputs are judged (:func:`calls_to_judge`,
-        from the declared output sizes): then no earlier call's outputs are kept during the
-        timing, and the last call's inputs are not held for the re-check. On an 80 GB H100,
-        L2 025's timing held its 24 GiB of inputs, the middle call's 24 GiB of gradients and
-        the running call's (session 33)."""
-        import torch
-
-        from kernelarc.problem.inputs import estimate_output_bytes
-
-        if self.device.type != "cuda":
-            return False
-        try:
-            size = estimate_output_bytes(self.definition, workload)
-        except (ValueError, KeyError):  # axes that do not resolve: the call reports them
-            return False
-        total = torch.cuda.get_device_properties(self.device).total_memory
-        return calls_to_judge(0, 1, size, total) == [1]
-
     def _sampled_calls(
         self, kept: dict[int, Any], mid: int, calls: int, outs: list[Any], k: int
     ) -> list[int]:
@@ -227,7 +211,7 @@ class CandidateRole:
         import torch
 
         last = calls - 1
-        if mid not in kept:  # not kept (:meth:`_one_sample`)
+        if mid not in kept:  # not kept (the request's ``one_sample``)
             return [last]
         if self.device.type != "cuda" or last not in kept:
             return sorted({mid, last})
@@ -410,7 +394,7 @@ class CandidateRole:
         # reference judged as a candidate read 0.52-0.62x of itself on its larger shapes).
         kept: dict[int, Any] = {}
         mid = int(msg["warmup"]) + int(msg["iterations"]) // 2
-        one = self._one_sample(wl)
+        one = bool(msg["one_sample"])  # footprint.one_timed_call, decided by the parent
         k = len(pool)
         # The timed region holds the solution's call alone, as for the reference (worker.py):
         # argument lists are built, and results kept and normalised, outside it. (With the

@@ -17,6 +17,7 @@ first failing round's status. See ``docs/GUARD.md``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import sys
 import tempfile
@@ -362,6 +363,20 @@ class Guard:
         return interleaved_compare(
             self, candidate, incumbent, chosen, processes=processes, min_gain=min_gain, z=z
         )
+
+    @functools.cached_property
+    def device_memory(self) -> int | None:
+        """The device's memory in bytes (None on the CPU), read once."""
+        from kernelarc.guard.footprint import device_bytes
+
+        return device_bytes(self.device)
+
+    def one_timed_call(self, wl: Workload) -> bool:
+        """Whether only the last timed call of ``wl`` is judged on this device
+        (``footprint.one_timed_call``)."""
+        from kernelarc.guard.footprint import one_timed_call
+
+        return one_timed_call(self.problem.definition, wl, self.device_memory)
 
     def reference_timing(
         self,

@@ -95,17 +95,55 @@ def _sizes(ins: int, outs: int, need: int) -> str:
     )
 
 
+def device_bytes(device: str) -> int | None:
+    """The memory of ``device`` (``cuda[:N]``) in bytes; None on the CPU."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    index = torch.device(device).index or 0
+    return int(torch.cuda.get_device_properties(index).total_memory)
+
+
 def device_warnings(
     definition: Definition, workloads: Sequence[Workload], device: str
 ) -> list[str]:
     """:func:`memory_warnings` for ``device`` (``cuda[:N]``; none on the CPU)."""
-    if not device.startswith("cuda"):
-        return []
-    import torch
-
-    index = torch.device(device).index or 0
-    total = int(torch.cuda.get_device_properties(index).total_memory)
-    return memory_warnings(definition, workloads, total)
+    total = device_bytes(device)
+    return [] if total is None else memory_warnings(definition, workloads, total)
 
 
-__all__ = ["GIB", "WARN_SHARE", "device_warnings", "guard_need_bytes", "memory_warnings"]
+def two_calls_crowd(one_call_bytes: int, total: int) -> bool:
+    """Whether two timed calls' outputs take over a quarter of a device of ``total`` bytes:
+    then only the last timed call's outputs are judged (``candidate.calls_to_judge``)."""
+    return 2 * one_call_bytes > total // 4
+
+
+def one_timed_call(definition: Definition, workload: Workload, total: int | None) -> bool:
+    """Whether, by its declared outputs, only the last timed call of ``workload`` is judged
+    on a device of ``total`` bytes (None: the CPU, never): the candidate's worker then keeps
+    no earlier call's outputs during the timing and not the last call's inputs for the
+    re-check, and lets go of its outputs before the reference is timed (``session.py``).
+    On an 80 GB H100, L2 025's timing held its 24 GiB of inputs, the middle call's 24 GiB of
+    gradients and the running call's (session 33)."""
+    from kernelarc.problem.inputs import estimate_output_bytes
+
+    if total is None:
+        return False
+    try:
+        size = estimate_output_bytes(definition, workload)
+    except (ValueError, KeyError):  # axes that do not resolve: the call reports them
+        return False
+    return two_calls_crowd(size, total)
+
+
+__all__ = [
+    "GIB",
+    "WARN_SHARE",
+    "device_bytes",
+    "device_warnings",
+    "guard_need_bytes",
+    "memory_warnings",
+    "one_timed_call",
+    "two_calls_crowd",
+]

@@ -398,6 +398,7 @@ class CandidateSession:
                 "max_iterations": cfg.max_iterations,
                 "max_timed_ms": cfg.max_timed_ms,
                 "pool_sets": cfg.pool_sets,
+                "one_sample": self.guard.one_timed_call(wl),
                 "exchange_dir": exchange,
                 "ipc": self.guard.gpu_exchange,
                 "cupti": self.guard._use_cupti,
