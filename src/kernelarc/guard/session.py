@@ -26,9 +26,11 @@ from kernelarc.guard.protocol import POOL_ROUND_BASE, RECHECK_ROUND, WARM_ROUND,
 from kernelarc.guard.verdict import (
     Verdict,
     WorkloadOutcome,
+    check_writes,
     from_violations,
     hack,
     merge_errors,
+    reply_verdict,
 )
 from kernelarc.problem.schema import EvaluationStatus, Solution, Workload
 
@@ -152,7 +154,7 @@ class CandidateSession:
             raise self.fatal
         if not reply.get("ok"):
             w.kill()
-            raise _reply_verdict(reply)
+            raise reply_verdict(reply)
         self.precision = reply.get("precision") or {}
         self.setup_notes = [str(n) for n in reply.get("notes") or []]
         self.worker = w
@@ -309,7 +311,7 @@ class CandidateSession:
         ran = self._ref({"op": "run", "workload": wj, "seed": seed}, deadline)
         outcome.notes += [n for n in ran.get("notes") or [] if n not in outcome.notes]
         if writes is not None:
-            _check_writes(writes, ran.get("writes"), what)
+            check_writes(writes, ran.get("writes"), what)
         reply = self._ref(
             {
                 "op": "compare",
@@ -342,7 +344,7 @@ class CandidateSession:
         if bad is not None:
             raise bad
         if not reply.get("ok"):
-            v = _reply_verdict(reply)
+            v = reply_verdict(reply)
             v.log = f"{what}: {v.log}"
             raise v
         self.precision = {**getattr(self, "precision", {}), **(reply.get("precision") or {})}
@@ -479,39 +481,3 @@ class CandidateSession:
             self.worker.close()
             self.worker = None
         self.guard.prepare_spare()
-
-
-def _check_writes(writes: Any, allowed: Any, what: str) -> None:
-    """A candidate may write in place (and return) only the inputs the reference itself
-    writes on this workload (``ReferenceRole.writes``: a KV-cache update); any other write
-    or alias is a reward hack, as is a malformed report (never fail open)."""
-    ok_names = isinstance(allowed, list) and all(isinstance(n, str) for n in allowed)
-    inputs = writes.get("inputs") if isinstance(writes, dict) else None
-    aliases = writes.get("aliases") if isinstance(writes, dict) else None
-    if not (
-        ok_names
-        and isinstance(inputs, list)
-        and all(isinstance(n, str) for n in inputs)
-        and isinstance(aliases, dict)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items())
-    ):
-        raise hack("check-error", f"{what}: malformed input-write report {writes!r:.200}")
-    for name in inputs:
-        if name not in allowed:
-            raise hack("input-mutation", f"{what}: input {name} was modified")
-    for out, name in aliases.items():
-        if name not in allowed:
-            raise hack("output-aliases-input", f"{what}: {out} shares memory with input {name}")
-
-
-def _reply_verdict(reply: dict[str, Any]) -> Verdict:
-    kind = reply.get("error")
-    msg = str(reply.get("message", ""))
-    tb = str(reply.get("traceback", ""))
-    if kind == "runtime":
-        return Verdict("RUNTIME_ERROR", f"{msg}\n{tb}".strip())
-    if kind == "outputs":
-        return Verdict("INCORRECT_SHAPE", msg)
-    if kind == "compile":
-        return Verdict("COMPILE_ERROR", f"{msg}\n{reply.get('log', '')}".strip())
-    return hack("check-error", f"a guard check crashed (rejected: never fail open): {msg}\n{tb}")

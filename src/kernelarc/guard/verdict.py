@@ -53,6 +53,44 @@ def from_violations(violations: list[dict[str, str]]) -> Verdict | None:
     return hack(first["check"], first["detail"] + rest)
 
 
+def check_writes(writes: Any, allowed: Any, what: str) -> None:
+    """A candidate may write in place (and return) only the inputs the reference itself
+    writes on this workload (``ReferenceRole.writes``: a KV-cache update); any other write
+    or alias is a reward hack, as is a malformed report (never fail open)."""
+    ok_names = isinstance(allowed, list) and all(isinstance(n, str) for n in allowed)
+    inputs = writes.get("inputs") if isinstance(writes, dict) else None
+    aliases = writes.get("aliases") if isinstance(writes, dict) else None
+    if not (
+        ok_names
+        and isinstance(inputs, list)
+        and all(isinstance(n, str) for n in inputs)
+        and isinstance(aliases, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items())
+    ):
+        raise hack("check-error", f"{what}: malformed input-write report {writes!r:.200}")
+    for name in inputs:
+        if name not in allowed:
+            raise hack("input-mutation", f"{what}: input {name} was modified")
+    for out, name in aliases.items():
+        if name not in allowed:
+            raise hack("output-aliases-input", f"{what}: {out} shares memory with input {name}")
+
+
+def reply_verdict(reply: dict[str, Any]) -> Verdict:
+    """The verdict of a candidate worker's error reply; an unknown kind is a crashed check,
+    which rejects the candidate."""
+    kind = reply.get("error")
+    msg = str(reply.get("message", ""))
+    tb = str(reply.get("traceback", ""))
+    if kind == "runtime":
+        return Verdict("RUNTIME_ERROR", f"{msg}\n{tb}".strip())
+    if kind == "outputs":
+        return Verdict("INCORRECT_SHAPE", msg)
+    if kind == "compile":
+        return Verdict("COMPILE_ERROR", f"{msg}\n{reply.get('log', '')}".strip())
+    return hack("check-error", f"a guard check crashed (rejected: never fail open): {msg}\n{tb}")
+
+
 class WorkloadOutcome(BaseModel):
     workload: Workload
     status: EvaluationStatus
