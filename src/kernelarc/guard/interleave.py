@@ -67,6 +67,7 @@ def interleaved_compare(
                             "seeds": seeds[wl.uuid],
                             "warmup": cfg.warmup,
                             "iterations": per_block,
+                            "one_sample": guard.one_timed_call(wl),
                             "exchange_dir": str(guard.tmp),
                             "cupti": guard._use_cupti,
                         },
