@@ -48,13 +48,12 @@ def test_pool_is_one_set_when_a_second_would_take_half_the_free_memory(
 
 
 def test_two_timed_calls_are_judged_unless_their_outputs_crowd_the_gpu() -> None:
-    from kernelarc.guard.candidate import calls_to_judge
+    from kernelarc.guard.footprint import two_calls_crowd
 
     gib = 1 << 30
-    assert calls_to_judge(24, 49, 1 << 20, 140 * gib) == [24, 49]
-    assert calls_to_judge(0, 0, 1 << 20, 140 * gib) == [0]  # a one-call pool
-    assert calls_to_judge(24, 49, 24 * gib, 140 * gib) == [49]  # L2 025 on the H200
-    assert calls_to_judge(24, 49, 17 * gib, 140 * gib) == [24, 49]  # 34 GiB <= 35 GiB
+    assert not two_calls_crowd(1 << 20, 140 * gib)
+    assert two_calls_crowd(24 * gib, 140 * gib)  # L2 025 on the H200
+    assert not two_calls_crowd(17 * gib, 140 * gib)  # 34 GiB <= 35 GiB
 
 
 def test_shifted_moves_every_tensor_and_keeps_values() -> None:

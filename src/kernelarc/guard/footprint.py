@@ -115,7 +115,11 @@ def device_warnings(
 
 def two_calls_crowd(one_call_bytes: int, total: int) -> bool:
     """Whether two timed calls' outputs take over a quarter of a device of ``total`` bytes:
-    then only the last timed call's outputs are judged (``candidate.calls_to_judge``)."""
+    then only the last timed call's outputs are judged, not also the middle one's. Each
+    judged call's outputs stay exported while the reference worker computes its own: on the
+    H200, L2 025 (24 GiB of gradients per call) had two sets exported beside the timed
+    inputs, 80.7 GiB in the candidate's worker, and the reference worker ran out of
+    memory."""
     return 2 * one_call_bytes > total // 4
 
 

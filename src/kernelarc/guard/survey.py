@@ -154,11 +154,11 @@ def select_workloads(definition: Definition, workloads: list[Workload], how: str
 
 def available_bytes(device: str) -> int:
     """Free host memory (MemAvailable) for the CPU; total memory of the GPU for CUDA."""
-    if device.startswith("cuda"):
-        import torch
+    from kernelarc.guard.footprint import device_bytes
 
-        idx = torch.device(device).index or 0
-        return int(torch.cuda.get_device_properties(idx).total_memory)
+    total = device_bytes(device)
+    if total is not None:
+        return total
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith("MemAvailable:"):

@@ -128,14 +128,22 @@ def judging_order(
     if isinstance(proposal, Proposal) and proposal.priority is not None:
         priority = proposal.priority
     index = list(orch.agents).index(name)
-    told = isinstance(proposal, Proposal)  # False, first: nothing to judge
+    to_judge = isinstance(proposal, Proposal)  # False first: nothing to judge
     limit = orch.config.time_limit_s
     if limit is None:
-        return (told, -priority, index)
+        return (to_judge, -priority, index)
     on_best = builds_on_best(orch, name, fut)
     slow = isinstance(proposal, Proposal) and expensive(orch, name, proposal)
     deferred = slow and not on_best and orch.told_s - ready_at < DEFER_SHARE * limit
-    return (told, deferred, not on_best, orch.per_agent.get(name, 0), -priority, ready_at, index)
+    return (
+        to_judge,
+        deferred,
+        not on_best,
+        orch.per_agent.get(name, 0),
+        -priority,
+        ready_at,
+        index,
+    )
 
 
 def warn_if_full_too_slow(
