@@ -1,16 +1,28 @@
-"""Workers hand back cached device memory between requests (``guard.worker.release_cached``):
+"""Workers hand back cached device memory between requests (``guard.held_memory.release_cached``):
 the reference and candidate workers share one GPU, and a problem whose tensors fill most of
 it fails in one worker while the other's allocator still caches its last request's memory.
 They also hand it back right after making a request's inputs, so that no small tensor keeps
-a freed temporary of the generation reserved. GPU only (on the CPU there is no allocator
-cache to hand back)."""
+a freed temporary of the generation reserved. They collect garbage cycles that hold device
+tensors (``collect_cycles``: what a compiling first call leaves). GPU only, but for the
+no-op checks (on the CPU there is no allocator cache to hand back, and host memory is not
+watched)."""
 
 from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
 
 import pytest
 import torch
 
-from kernelarc.guard.worker import CACHED_BYTES_KEPT, release_cached
+from kernelarc.guard.held_memory import (
+    CACHED_BYTES_KEPT,
+    CYCLES_CHECKED_ABOVE,
+    collect_cycles,
+    release_cached,
+)
+from kernelarc.guard.timing import time_calls
 
 
 def test_release_cached_is_a_no_op_off_cuda() -> None:
@@ -72,3 +84,70 @@ def test_a_small_tensor_holds_a_freed_temporary_unless_it_was_handed_back(
         assert held < 256 << 20, held
     else:
         assert held >= temp_bytes, held
+
+
+def _loop_with_breaks(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Graph breaks in a loop with ``continue`` and an indexed update, like L2 025's expert
+    loop: on the CPU (torch 2.13, backends eager and inductor) the first compiled call left
+    its inputs and outputs in garbage cycles; plain functions left none."""
+    out = torch.zeros_like(x)
+    for e in range(3):
+        (i,) = torch.where(x[:, e] > 0)
+        if i.numel() == 0:
+            continue
+        out[i] += x[i] * e
+    return out, x @ w
+
+
+@pytest.fixture
+def no_automatic_gc() -> Iterator[None]:
+    """Only reference counting frees objects, so what cycles hold stays held."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def test_collect_cycles_is_a_no_op_off_cuda() -> None:
+    assert collect_cycles(torch.device("cpu")) is False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
+def test_collect_cycles_frees_what_a_compiling_call_left_in_cycles(no_automatic_gc: None) -> None:
+    dev = torch.device("cuda")
+    torch._dynamo.reset()
+    fn = torch.compile(_loop_with_breaks, dynamic=False, backend="eager")
+    rows = (3 * CYCLES_CHECKED_ABOVE) // (2 * 32 * 4)  # 1.5x the threshold of float32
+    x, w = torch.randn(rows, 32, device=dev), torch.randn(32, 8, device=dev)
+    alive_in, outs = weakref.ref(x), fn(x, w)
+    alive_out = weakref.ref(outs[0])
+    del x, outs
+    if alive_in() is None:
+        pytest.skip("this torch leaves no garbage cycle here: nothing to collect")
+    assert alive_out() is not None
+    assert collect_cycles(dev) is True
+    assert alive_in() is None and alive_out() is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
+def test_a_timing_loop_collects_after_its_first_call(no_automatic_gc: None) -> None:
+    """The first timed call compiles: its outputs, left in cycles, would otherwise sit
+    beside every later call's (the compiled baseline of L2 025 on an H100, session 35:
+    72.8 GiB in use in the reference worker)."""
+    dev = torch.device("cuda")
+    torch._dynamo.reset()
+    fn = torch.compile(_loop_with_breaks, dynamic=False, backend="eager")
+    rows = (3 * CYCLES_CHECKED_ABOVE) // (2 * 32 * 4)
+    x, w = torch.randn(rows, 32, device=dev), torch.randn(32, 8, device=dev)
+    firsts: list[weakref.ref[torch.Tensor]] = []
+
+    def call(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        outs = fn(x, w)
+        firsts.append(weakref.ref(outs[0]))
+        return outs
+
+    time_calls(call, lambda i: None, warmup=2, iterations=2, device=dev, use_cupti=False)
+    assert firsts[0]() is None, "the first call's output outlived the loop"

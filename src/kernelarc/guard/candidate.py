@@ -8,12 +8,13 @@ that do not alias an input, inputs must be unchanged, and the outputs are writte
 bytes for the judge.
 
 Memory that making the inputs freed (a generator's temporaries) goes back to the driver
-before the call (``worker.release_cached``): left cached, such a block can be split for a
-small output, which then holds all of it. On an 80 GB H100, L2 025's candidate worker had
-32.66 GiB in use while its 24 GiB of outputs waited to be judged, and the reference worker,
-making its own, ran out of memory (session 34); by the allocator's rules the likely 8 GiB
-is a freed temporary of the weight generation (``randn(...) * 0.02``) split for the 32 MiB
-``grad_hidden_states`` or the copies of small inputs. Not yet checked on a GPU.
+before the call (``held_memory.release_cached``). Left cached, such a block can be split
+for a small output, which then holds all of it. On an 80 GB H100, L2 025's candidate
+worker had 32.66 GiB in use while its 24 GiB of outputs waited to be judged, and the
+reference worker, making its own, ran out of memory (session 34). By the allocator's rules
+the likely 8 GiB is a freed temporary of the weight generation (``randn(...) * 0.02``),
+split for the 32 MiB ``grad_hidden_states`` or the copies of small inputs. Checked on an
+H100 in session 35 (``tests/test_worker_memory.py``); L2 025's candidates then passed there.
 
 For timing, a pool of distinct input sets (from their own seeds) is placed at shifted
 addresses; the outputs of sampled timed calls are written for the judge too, so stale or
@@ -32,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from kernelarc.guard.call_checks import Untouched, output_violations
+from kernelarc.guard.held_memory import release_cached
 from kernelarc.guard.prewarm import Prewarm, prewarm_inductor, uses_inductor
 from kernelarc.guard.sentinel import Policy, Sentinel, Violation
-from kernelarc.guard.worker import normalize_outputs, release_cached, resolve_device
+from kernelarc.guard.worker import normalize_outputs, resolve_device
 
 
 def _without_run(source: str) -> str:
@@ -435,7 +437,7 @@ class CandidateRole:
         self._timed = {} if one else {wl.uuid: (pool[final], outs[final])}
         pool.clear()
         outs.clear()
-        kept.clear()  # the worker loop then hands cached memory back (worker.release_cached)
+        kept.clear()  # the worker loop then hands cached memory back (held_memory.py)
         return {
             "ok": True,
             "summary": res.summary(),

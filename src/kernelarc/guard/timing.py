@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelarc.guard.held_memory import collect_cycles
+
 ESCAPE_SLACK_MS = 0.1
 
 
@@ -405,6 +407,8 @@ class _Loop:
             if self.keep is not None:
                 self.keep(i, ret)
             del ret  # released after the measurement: freeing outputs is not the call's time
+            if i == 0:  # a first call that compiled leaves garbage cycles holding tensors
+                collect_cycles(self.device)
             if i >= warmup:
                 self.samples.append(ms)
                 self.walls.append(wall)

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kernelarc.guard.held_memory import collect_cycles, release_cached
 from kernelarc.guard.protocol import Channel, ChannelClosed, SlotReader
 
 
@@ -309,13 +310,6 @@ class ReferenceRole:
                 "samples_ms": res.samples_ms}  # fmt: skip
 
 
-#: Device memory a worker's allocator may keep cached between requests. The reference and
-#: the candidate workers share one GPU and take turns: on a problem whose tensors fill most
-#: of it (tens of GB of weights and gradients), one worker ran out of memory while the other
-#: still cached what its last request had freed. Above this, a worker hands it back.
-CACHED_BYTES_KEPT = 1 << 30
-
-
 def _version(t: Any) -> int | None:
     """A tensor's in-place version counter (every in-place torch op on it or a view of it
     bumps it; the reference is trusted PyTorch code), or None for what has none."""
@@ -327,17 +321,6 @@ def _version(t: Any) -> int | None:
         return int(t._version)
     except RuntimeError:  # inference tensors keep no counter: counted as not written
         return None
-
-
-def release_cached(device: Any) -> None:
-    """Return cached, unused device memory to the driver when it exceeds the allowance."""
-    if getattr(device, "type", None) != "cuda":
-        return
-    import torch
-
-    unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    if unused > CACHED_BYTES_KEPT:
-        torch.cuda.empty_cache()
 
 
 def serve(role: str, channel: Channel, warmed: Any = None) -> None:
@@ -367,6 +350,7 @@ def serve(role: str, channel: Channel, warmed: Any = None) -> None:
                 reply = {"error": "check-error", "message": "request before setup"}
             else:
                 reply = getattr(handler, str(op))(msg)
+                collect_cycles(handler.device)  # held_memory.py says why
                 release_cached(handler.device)
         except Exception as e:
             reply = {
