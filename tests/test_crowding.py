@@ -45,6 +45,18 @@ def test_the_figures_are_read_and_the_neighbours_are_blamed() -> None:
     assert oom.crowded
     assert oom.need == oom.this_process + 16 * GIB + ROOM_MARGIN
     assert "42.1 GiB" in oom.describe() and "16.0 GiB more" in oom.describe()
+    assert "when the candidate (holding 33.0 GiB)" in oom.describe()
+
+
+def test_a_reference_that_ran_out_beside_the_candidate_is_named_as_such() -> None:
+    """L2 025 on an H100 (session 35): the reference worker ran out making its inputs
+    while the compiled candidate's worker held 49 GiB."""
+    log = "the reference failed: InputGenerationError: ... raised OutOfMemoryError: " + own(
+        "8.00 GiB", "24.80 GiB", free="5.20 GiB"
+    )
+    oom = parse_out_of_memory(log)
+    assert oom is not None and oom.crowded
+    assert "when the reference worker (holding 24.8 GiB) asked for 8.0 GiB" in oom.describe()
 
 
 @pytest.mark.parametrize(

@@ -57,6 +57,9 @@ class OutOfMemory:
     total: int
     free: int
     this_process: int
+    who: str = "the candidate"
+    """The process that failed: the candidate, or the reference worker (a log of
+    INVALID_REFERENCE: the reference ran out beside the candidate's worker)."""
 
     @property
     def others(self) -> int:
@@ -78,7 +81,7 @@ class OutOfMemory:
         gib = 1 << 30
         return (
             f"other processes held {self.others / gib:.1f} GiB of the device's "
-            f"{self.total / gib:.1f} GiB when the candidate (holding "
+            f"{self.total / gib:.1f} GiB when {self.who} (holding "
             f"{self.this_process / gib:.1f} GiB) asked for {self.tried / gib:.1f} GiB more"
         )
 
@@ -94,6 +97,7 @@ def parse_out_of_memory(log: str) -> OutOfMemory | None:
         total=_bytes(cap.group(1), cap.group(2)),
         free=_bytes(cap.group(3), cap.group(4)),
         this_process=_bytes(*this.groups()),
+        who="the reference worker" if "the reference failed" in log else "the candidate",
     )
 
 
