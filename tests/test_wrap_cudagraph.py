@@ -43,7 +43,7 @@ from kernelarc.examples import example_dir
 from kernelarc.guard.build import choose_builder, load_entry
 from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.problem.loader import Problem, load_problem
-from kernelarc.proposers.cudagraph import CudaGraphAgent, graph_solution
+from kernelarc.proposers.cudagraph import CudaGraphAgent, graph_solution, replays_graphs
 from kernelarc.proposers.wrap import WrapError, why_not_wrappable, wrap_solution
 
 NO_TRITON_DRIVER = "active drivers"  # Triton's error when it has neither a GPU nor interpreter
@@ -230,6 +230,24 @@ def test_cudagraph_agent_wraps_best_once_per_change(rms: Problem) -> None:
     newer = board_of(*board.incumbents, view_of("compiler", "c9", 3.0, reference_solution_of(rms)))
     third = agent.propose(agent_context(rms, device="cuda", board=newer))
     assert third is not None and third.parent_id == "c9"
+
+
+def test_cudagraph_agent_does_not_wrap_a_base_that_holds_a_graph_wrap(rms: Problem) -> None:
+    """Another agent's incumbent built on a graph wrap (precision over cuda-graph) is passed
+    over: its replay cannot be captured again (L1 017 on an H100, session 35)."""
+    agent = CudaGraphAgent()
+    triton = example_solution(rms, "solution_triton.json")
+    wrapped = graph_solution(triton, rms.definition, name="g", what="the Triton kernel")
+    over = wrap_solution(
+        wrapped, rms.definition, agent="precision", name="p", description="bf16 over a graph",
+        body="def kernelarc_entry(*args):\n    return _ka_base(*args)\n", stem="kernelarc_p",
+        docstring="precision over a graph wrap",
+    )  # fmt: skip
+    assert replays_graphs(wrapped) and replays_graphs(over) and not replays_graphs(triton)
+    board = board_of(view_of("tuner", "t1", 2.0, triton), view_of("precision", "p1", 9.0, over))
+    chosen = agent.propose(agent_context(rms, device="cuda", board=board))
+    assert chosen is not None and chosen.parent_id == "t1"
+    assert agent.propose(agent_context(rms, device="cuda", board=board)) is None
 
 
 def test_cudagraph_agent_rebases_a_wrap_made_before_the_board_changed(rms: Problem) -> None:

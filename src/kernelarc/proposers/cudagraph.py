@@ -33,18 +33,20 @@ work to capture. The agent itself proposes only on CUDA devices (on CPU it retur
 the CPU path exists so the wrapper's signature logic can be tested without a GPU.
 
 The agent wraps the best other agent's incumbent on the board when it is a Python-group
-solution (C++-group bases cannot be wrapped, see ``wrap.py``), else the reference, and
-proposes again whenever the board's best changes to a candidate it has not wrapped yet.
+solution (C++-group bases cannot be wrapped, see ``wrap.py``) that holds no wrap of its
+own (``replays_graphs``), else the reference. It proposes again whenever the board's best
+changes to a candidate it has not wrapped yet.
 A wrap proposed before the board's best changed, and not yet judged (under a time limit
 cheap proposals wait their turn), is rebased onto the new best (``rebase``).
 
 Not covered: graphs across several devices, tensors nested in containers, dynamic shapes
-inside one signature, bases that themselves capture graphs (``reduce-overhead``): the nested
-capture fails and the verdict reports it.
+inside one signature, bases that capture graphs by other means (``reduce-overhead``, a
+drafted kernel): the nested capture fails and the verdict reports it.
 """
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Any, ClassVar
 
 from kernelarc.agents.base import Agent, Rebasing
@@ -64,6 +66,8 @@ from kernelarc.proposers.builtin import (
 from kernelarc.proposers.wrap import why_not_wrappable, wrap_solution
 
 REFERENCE_BASE = "reference"
+#: The wrapper file's stem (``kernelarc_cudagraph.py``, ``kernelarc_cudagraph_<k>.py``).
+GRAPH_STEM = "kernelarc_cudagraph"
 
 #: The wrapper's body (see the module docstring); uses the constants ``wrap.py`` defines.
 GRAPH_BODY = '''
@@ -253,9 +257,16 @@ def graph_solution(base: Solution, definition: Definition, *, name: str, what: s
         name=name,
         description=f"CUDA-graph capture and replay (per input signature) of {what}.",
         body=GRAPH_BODY,
-        stem="kernelarc_cudagraph",
+        stem=GRAPH_STEM,
         docstring=f"KernelArc cuda-graph agent: {what} replayed from CUDA graphs.",
     )
+
+
+def replays_graphs(solution: Solution) -> bool:
+    """Whether ``solution`` holds this agent's wrapper already (another agent built on a
+    graph wrap): a graph's replay cannot be captured in a graph again. On an H100 (L1 017,
+    session 35) the wrap of precision's bf16 autocast over a graph wrap failed at capture."""
+    return any(PurePosixPath(s.path).name.startswith(GRAPH_STEM) for s in solution.sources)
 
 
 class CudaGraphAgent(Agent, Rebasing):
@@ -284,7 +295,11 @@ class CudaGraphAgent(Agent, Rebasing):
         the reference (key, solution, parent id, label, its latencies)."""
         others = context.board.others(self.name) if context.board else ()
         usable = sorted(
-            (i for i in others if why_not_wrappable(i.solution) is None),
+            (
+                i
+                for i in others
+                if why_not_wrappable(i.solution) is None and not replays_graphs(i.solution)
+            ),
             key=lambda i: i.score,
             reverse=True,
         )
