@@ -3,9 +3,9 @@ the reference and candidate workers share one GPU, and a problem whose tensors f
 it fails in one worker while the other's allocator still caches its last request's memory.
 They also hand it back right after making a request's inputs, so that no small tensor keeps
 a freed temporary of the generation reserved. They collect garbage cycles that hold device
-tensors (``collect_cycles``: what a compiling first call leaves). GPU only, but for the
-no-op checks (on the CPU there is no allocator cache to hand back, and host memory is not
-watched)."""
+tensors (``CycleCollector``: what a compiling first call leaves). GPU only, but for the
+no-op checks and the compile counter (on the CPU there is no allocator cache to hand back,
+and host memory is not watched)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ import torch
 from kernelarc.guard.held_memory import (
     CACHED_BYTES_KEPT,
     CYCLES_CHECKED_ABOVE,
-    collect_cycles,
+    CycleCollector,
+    compiled_graphs,
     release_cached,
 )
 from kernelarc.guard.timing import time_calls
@@ -109,15 +110,30 @@ def no_automatic_gc() -> Iterator[None]:
         gc.enable()
 
 
-def test_collect_cycles_is_a_no_op_off_cuda() -> None:
-    assert collect_cycles(torch.device("cpu")) is False
+def test_the_collector_is_a_no_op_off_cuda() -> None:
+    assert CycleCollector(torch.device("cpu"))() is False
+
+
+def test_a_compile_is_counted() -> None:
+    """The collector's trigger: Dynamo's count of compiled graphs, read through the API
+    this torch has (-1 would mean it cannot be read)."""
+    fn = torch.compile(lambda x: x * 2 + 1, dynamic=False, backend="eager")
+    before = compiled_graphs()
+    assert before >= 0
+    fn(torch.randn(3, 5))
+    assert compiled_graphs() == before + 1
+    fn(torch.randn(3, 5))
+    assert compiled_graphs() == before + 1, "a cached graph is no new compile"
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
-def test_collect_cycles_frees_what_a_compiling_call_left_in_cycles(no_automatic_gc: None) -> None:
+def test_the_collector_frees_what_a_compiling_call_left_in_cycles(
+    no_automatic_gc: None,
+) -> None:
     dev = torch.device("cuda")
     torch._dynamo.reset()
+    collect = CycleCollector(dev)
     fn = torch.compile(_loop_with_breaks, dynamic=False, backend="eager")
     rows = (3 * CYCLES_CHECKED_ABOVE) // (2 * 32 * 4)  # 1.5x the threshold of float32
     x, w = torch.randn(rows, 32, device=dev), torch.randn(32, 8, device=dev)
@@ -127,8 +143,22 @@ def test_collect_cycles_frees_what_a_compiling_call_left_in_cycles(no_automatic_
     if alive_in() is None:
         pytest.skip("this torch leaves no garbage cycle here: nothing to collect")
     assert alive_out() is not None
-    assert collect_cycles(dev) is True
+    assert collect() is True
     assert alive_in() is None and alive_out() is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
+def test_the_collector_stays_idle_without_a_compile_below_a_quarter_of_the_device(
+    no_automatic_gc: None,
+) -> None:
+    dev = torch.device("cuda")
+    collect = CycleCollector(dev)
+    if 2 * CYCLES_CHECKED_ABOVE > collect.total // 4:
+        pytest.skip("a device this small has a quarter of it allocated")
+    held = torch.empty(2 * CYCLES_CHECKED_ABOVE, dtype=torch.uint8, device=dev)
+    assert collect() is False, "no compile, 2 GiB: no collection"
+    del held
 
 
 @pytest.mark.gpu

@@ -11,28 +11,32 @@ keeps beyond what it uses leaves the other too little. Two things keep such memo
   H100: ``tests/test_worker_memory.py``).
 - **garbage cycles**: a tensor referenced only from a reference cycle stays allocated until
   Python's cyclic collector runs. ``torch.compile``'s first call of a function, the call
-  that compiles it, leaves that call's inputs and outputs in such cycles. This was seen with
-  L2 025's reference on the CPU (torch 2.13): all 7 inputs and 5 outputs were still alive
-  after ``del`` until ``gc.collect()``; later calls left none. On an 80 GB H100 this fits
+  that compiles it, can leave that call's inputs and outputs in such cycles. This was seen
+  with L2 025's reference on the CPU (torch 2.13), whose expert loop has graph breaks: all
+  7 inputs and 5 outputs were still alive after ``del`` until ``gc.collect()``. Later calls
+  left none, and neither did small functions without such a loop. On an 80 GB H100 this fits
   two failures of session 35:
   - the compiled candidate held 49 GiB, its inputs and outputs, while the reference worker
     made its inputs;
   - the compiled baseline's reference worker had 72.8 GiB in use during timing: the pool,
     plus two calls' outputs.
 
-  :func:`collect_cycles` runs the collector when a worker has more than
-  :data:`CYCLES_CHECKED_ABOVE` allocated. It runs after every request, and in timing
-  loops after the first call, the one that may compile. A collection costs 0.1-0.25 s,
-  so a problem of small tensors skips it.
+  :class:`CycleCollector` runs the collector when a request or a timing loop's first call
+  compiled a graph and the worker has more than :data:`CYCLES_CHECKED_ABOVE` allocated,
+  or whenever it has over a quarter of the device allocated. Workers check after every
+  request, and timing loops after their first call. A collection costs 0.1-0.25 s, so
+  it is not run after every request of every problem: the reference worker alone keeps up
+  to 4 GiB of outputs cached.
 
 Not covered: memory that live references hold (a candidate keeping its inputs on purpose
 is its own footprint, judged as such), memory of other processes, and host memory (on the
-CPU both functions do nothing).
+CPU neither the collector nor :func:`release_cached` does anything).
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 from typing import Any
 
 #: Device memory a worker's allocator may keep cached between requests.
@@ -56,14 +60,45 @@ def release_cached(device: Any) -> None:
         torch.cuda.empty_cache()
 
 
-def collect_cycles(device: Any) -> bool:
-    """Run Python's cyclic collector when this process has more than
-    :data:`CYCLES_CHECKED_ABOVE` allocated on ``device``. Returns whether it ran."""
-    if not _cuda(device):
-        return False
-    import torch
+def compiled_graphs() -> int:
+    """Graphs ``torch.compile`` has compiled in this process so far: 0 when Dynamo was never
+    loaded, -1 when its counter cannot be read (a torch without it: every check then
+    counts as after a compile). The candidate runs here and can change the counter; at
+    worst it skips collections that would free its own garbage."""
+    if "torch._dynamo" not in sys.modules:
+        return 0
+    try:
+        from torch._dynamo.utils import counters
 
-    if torch.cuda.memory_allocated(device) <= CYCLES_CHECKED_ABOVE:
+        return int(counters["stats"]["unique_graphs"])
+    except (ImportError, KeyError, TypeError, ValueError):
+        return -1
+
+
+class CycleCollector:
+    """Runs Python's cyclic collector when garbage cycles may hold device memory (the
+    module docstring says when). One per worker process, one per timing loop."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.cuda = _cuda(device)
+        self.graphs = compiled_graphs()
+        self.total = 0
+        if self.cuda:
+            import torch
+
+            self.total = int(torch.cuda.get_device_properties(device).total_memory)
+
+    def __call__(self) -> bool:
+        """Collect if there is reason to since the last call; returns whether it did."""
+        if not self.cuda:
+            return False
+        import torch
+
+        graphs = compiled_graphs()
+        compiled, self.graphs = graphs != self.graphs or graphs < 0, graphs
+        allocated = torch.cuda.memory_allocated(self.device)
+        if allocated > self.total // 4 or (compiled and allocated > CYCLES_CHECKED_ABOVE):
+            gc.collect()
+            return True
         return False
-    gc.collect()
-    return True

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelarc.guard.held_memory import collect_cycles
+from kernelarc.guard.held_memory import CycleCollector
 
 ESCAPE_SLACK_MS = 0.1
 
@@ -372,6 +372,7 @@ class _Loop:
         # With a call log the estimate is read one call early: the peek's flush delays the
         # next call, which must then be a warm-up call.
         last_warm = warmup - 2 if self.log is not None and warmup >= 2 else warmup - 1
+        collect = CycleCollector(self.device)
         i = 0
         while i < total:
             self.before(i)
@@ -408,7 +409,7 @@ class _Loop:
                 self.keep(i, ret)
             del ret  # released after the measurement: freeing outputs is not the call's time
             if i == 0:  # a first call that compiled leaves garbage cycles holding tensors
-                collect_cycles(self.device)
+                collect()
             if i >= warmup:
                 self.samples.append(ms)
                 self.walls.append(wall)

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernelarc.guard.held_memory import collect_cycles, release_cached
+from kernelarc.guard.held_memory import CycleCollector, release_cached
 from kernelarc.guard.protocol import Channel, ChannelClosed, SlotReader
 
 
@@ -327,6 +327,7 @@ def serve(role: str, channel: Channel, warmed: Any = None) -> None:
     """Answer requests until ``shutdown`` or a closed channel. ``warmed``: the candidate
     worker's ``prewarm_inductor`` result (``--prewarm``), handed to its role."""
     handler: Any = None
+    collect: CycleCollector | None = None  # made with the handler (held_memory.py says why)
     while True:
         try:
             msg = channel.recv()
@@ -346,11 +347,13 @@ def serve(role: str, channel: Channel, warmed: Any = None) -> None:
 
                     handler = CandidateRole(msg, warmed)
                     reply = handler.setup_reply()
+                collect = CycleCollector(handler.device)
             elif handler is None:
                 reply = {"error": "check-error", "message": "request before setup"}
             else:
                 reply = getattr(handler, str(op))(msg)
-                collect_cycles(handler.device)  # held_memory.py says why
+                if collect is not None:
+                    collect()
                 release_cached(handler.device)
         except Exception as e:
             reply = {
