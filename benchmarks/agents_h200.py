@@ -163,7 +163,7 @@ def trajectory(store: SQLiteStore) -> list[dict[str, Any]]:
                 "passed": e.result.passed,
                 "score": e.result.score,
                 "stopped_early": e.result.stopped_early,
-                "failure": (bad[0].status + ": " + bad[0].log[:300]) if bad else None,
+                "failure": (bad[0].status + ": " + bad[0].log[:1500]) if bad else None,
                 "claim": claims.get(e.candidate_id),
                 "wall_s": stages.get((e.candidate_id, e.stage), {}).get("wall_s"),
                 "phases_s": stages.get((e.candidate_id, e.stage), {}).get("phases_s"),
