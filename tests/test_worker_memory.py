@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -26,12 +27,17 @@ from kernelarc.guard.held_memory import (
 from kernelarc.guard.timing import time_calls
 
 
+def on_gpu(test: Callable[..., None]) -> Callable[..., None]:
+    """Marked ``gpu`` and skipped without CUDA."""
+    skip = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
+    return pytest.mark.gpu(skip(test))
+
+
 def test_release_cached_is_a_no_op_off_cuda() -> None:
     release_cached(torch.device("cpu"))
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
+@on_gpu
 def test_release_cached_returns_memory_above_the_allowance() -> None:
     dev = torch.device("cuda")
     torch.cuda.empty_cache()
@@ -57,8 +63,7 @@ def _generated_weights(dev: torch.device) -> torch.Tensor:
     return out
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
+@on_gpu
 @pytest.mark.parametrize("hand_back", [False, True])
 def test_a_small_tensor_holds_a_freed_temporary_unless_it_was_handed_back(
     hand_back: bool,
@@ -100,6 +105,16 @@ def _loop_with_breaks(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, t
     return out, x @ w
 
 
+def _compiled_on_large_inputs() -> tuple[Callable[..., Any], torch.Tensor, torch.Tensor]:
+    """``_loop_with_breaks`` compiled afresh, and CUDA inputs of 1.5x the collector's
+    threshold (float32)."""
+    dev = torch.device("cuda")
+    torch._dynamo.reset()
+    fn = torch.compile(_loop_with_breaks, dynamic=False, backend="eager")
+    rows = (3 * CYCLES_CHECKED_ABOVE) // (2 * 32 * 4)
+    return fn, torch.randn(rows, 32, device=dev), torch.randn(32, 8, device=dev)
+
+
 @pytest.fixture
 def no_automatic_gc() -> Iterator[None]:
     """Only reference counting frees objects, so what cycles hold stays held."""
@@ -126,17 +141,12 @@ def test_a_compile_is_counted() -> None:
     assert compiled_graphs() == before + 1, "a cached graph is no new compile"
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
+@on_gpu
 def test_the_collector_frees_what_a_compiling_call_left_in_cycles(
     no_automatic_gc: None,
 ) -> None:
-    dev = torch.device("cuda")
-    torch._dynamo.reset()
-    collect = CycleCollector(dev)
-    fn = torch.compile(_loop_with_breaks, dynamic=False, backend="eager")
-    rows = (3 * CYCLES_CHECKED_ABOVE) // (2 * 32 * 4)  # 1.5x the threshold of float32
-    x, w = torch.randn(rows, 32, device=dev), torch.randn(32, 8, device=dev)
+    collect = CycleCollector(torch.device("cuda"))
+    fn, x, w = _compiled_on_large_inputs()
     alive_in, outs = weakref.ref(x), fn(x, w)
     alive_out = weakref.ref(outs[0])
     del x, outs
@@ -147,8 +157,7 @@ def test_the_collector_frees_what_a_compiling_call_left_in_cycles(
     assert alive_in() is None and alive_out() is None
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
+@on_gpu
 def test_the_collector_stays_idle_without_a_compile_below_a_quarter_of_the_device(
     no_automatic_gc: None,
 ) -> None:
@@ -161,17 +170,12 @@ def test_the_collector_stays_idle_without_a_compile_below_a_quarter_of_the_devic
     del held
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
+@on_gpu
 def test_a_timing_loop_collects_after_its_first_call(no_automatic_gc: None) -> None:
     """The first timed call compiles: its outputs, left in cycles, would otherwise sit
     beside every later call's (the compiled baseline of L2 025 on an H100, session 35:
     72.8 GiB in use in the reference worker)."""
-    dev = torch.device("cuda")
-    torch._dynamo.reset()
-    fn = torch.compile(_loop_with_breaks, dynamic=False, backend="eager")
-    rows = (3 * CYCLES_CHECKED_ABOVE) // (2 * 32 * 4)
-    x, w = torch.randn(rows, 32, device=dev), torch.randn(32, 8, device=dev)
+    fn, x, w = _compiled_on_large_inputs()
     firsts: list[weakref.ref[torch.Tensor]] = []
 
     def call(i: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,5 +183,5 @@ def test_a_timing_loop_collects_after_its_first_call(no_automatic_gc: None) -> N
         firsts.append(weakref.ref(outs[0]))
         return outs
 
-    time_calls(call, lambda i: None, warmup=2, iterations=2, device=dev, use_cupti=False)
+    time_calls(call, lambda i: None, warmup=2, iterations=2, device=x.device, use_cupti=False)
     assert firsts[0]() is None, "the first call's output outlived the loop"
