@@ -31,6 +31,7 @@ from data.orchestrator.harness import (
 )
 
 from kernelarc.guard.evaluator import Guard
+from kernelarc.guard.protocol import ROUND_PARTS
 from kernelarc.orchestration.finish import COMPOSER, FALLBACK
 from kernelarc.orchestration.orchestrator import Orchestrator
 from kernelarc.orchestration.rundir import RunDir
@@ -213,13 +214,24 @@ def test_no_composition_starts_with_less_time_left_than_its_parts_took(
 
 def test_each_stage_says_where_its_time_went(compose_run: Search) -> None:
     """The evaluated events carry each stage's phases (the guard's own accounting; a worker
-    started ahead, as the warm spare is, counts its start though it overlapped earlier work)."""
+    started ahead, as the warm spare is, counts its start though it overlapped earlier work),
+    and where the correctness rounds' time went in the workers. The reference's parts are
+    not required: its outputs are cached across candidates, so a stage may run it not once."""
+    seen: set[str] = set()
     for payload in compose_run.payloads("evaluated"):
         for name, stage in payload["stages"].items():
             phases = stage["phases_s"]
+            seen |= set(phases)
             assert {"correctness", "timing", "recheck"} <= set(phases), (name, phases)
             assert all(v >= 0 for v in phases.values()), (name, phases)
             assert phases["correctness"] + phases["timing"] <= stage["wall_s"] + 0.05
+            # the rounds' parts, as the workers measured them, inside the parent's phases
+            parts = [f"round.candidate.{p}" for p in ROUND_PARTS]
+            parts.append("round.compare")
+            assert set(parts) <= set(phases), (name, phases)
+            rounds = sum(v for k, v in phases.items() if k.startswith("round."))
+            assert rounds <= phases["correctness"] + phases["recheck"] + 0.05, (name, phases)
+    assert {"round.reference.inputs", "round.reference.call"} <= seen
 
 
 def test_status_evaluated_counts_only_budgeted_candidates(compose_run: Search) -> None:

@@ -27,6 +27,7 @@ A worker hosts exactly one candidate; the parent replaces it after any failure.
 from __future__ import annotations
 
 import ast
+import operator
 import time
 import traceback
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import Any
 from kernelarc.guard.call_checks import Untouched, output_violations
 from kernelarc.guard.held_memory import release_cached
 from kernelarc.guard.prewarm import Prewarm, prewarm_inductor, uses_inductor
+from kernelarc.guard.protocol import ROUND_PARTS
 from kernelarc.guard.sentinel import Policy, Sentinel, Violation
 from kernelarc.guard.worker import normalize_outputs, resolve_device
 
@@ -262,6 +264,7 @@ class CandidateRole:
         wl = Workload.model_validate(msg["workload"])
         seed = int(msg["seed"])
         self._exporter.release()  # the reference worker has copied what it needed
+        marks = [time.monotonic()]  # where the round's time goes (diagnostics: ROUND_PARTS)
         with self.sentinel.harness():
             inputs = self._generate(wl, seed)
             outputs = self._alloc_outputs(wl) if self.dps else []
@@ -284,13 +287,16 @@ class CandidateRole:
                         poison(buf)
                     outputs = old_out
             release_cached(self.device)  # what making the inputs freed (module docstring)
+            marks.append(time.monotonic())
             untouched = Untouched(inputs, int(msg["copy_bytes"]))
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
+            marks.append(time.monotonic())
         try:
             outs = self._call(inputs, outputs)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
+            marks.append(time.monotonic())
         except BaseException as e:
             return {
                 "error": "runtime",
@@ -316,13 +322,16 @@ class CandidateRole:
                 return {**bad, "violations": _viol(self.sentinel.take() + found)}
             ok_types = not any(v.check == "output-type" for v in found)
             ipc = bool(msg.get("ipc"))
+            marks.append(time.monotonic())
             headers = self._write(outs, "slot0", Path(msg["exchange_dir"]), ipc) if ok_types else []
+            marks.append(time.monotonic())
         return {
             "ok": True,
             "outputs": headers,
             "writes": {"inputs": wrote, "aliases": aliases},
             "violations": _viol(self.sentinel.take() + found),
             "precision": self.sentinel.precision_changes(),
+            "phases_s": dict(zip(ROUND_PARTS, map(operator.sub, marks[1:], marks), strict=True)),
         }
 
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:

@@ -44,6 +44,10 @@ RECHECK_ROUND = 10_000
 POOL_ROUND_BASE = 20_000
 #: The round of the compile pass's one call per workload (``compile_pool.py``).
 WARM_ROUND = 30_000
+#: The parts of a correctness round in the candidate's worker, as its ``run`` reply's
+#: ``phases_s`` gives them (diagnostics): making the inputs, recording their state (copies,
+#: fingerprints), the call, the checks after it (writes, outputs), writing the outputs.
+ROUND_PARTS = ("inputs", "state", "call", "checks", "write")
 
 
 def derive_seed(base_seed: int, workload_uuid: str, round_index: int) -> int:

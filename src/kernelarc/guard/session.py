@@ -22,7 +22,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kernelarc.guard.isolation import WorkerCrashed, WorkerProcess, WorkerTimeout
-from kernelarc.guard.protocol import POOL_ROUND_BASE, RECHECK_ROUND, WARM_ROUND, derive_seed
+from kernelarc.guard.protocol import (
+    POOL_ROUND_BASE,
+    RECHECK_ROUND,
+    ROUND_PARTS,
+    WARM_ROUND,
+    derive_seed,
+)
 from kernelarc.guard.verdict import (
     Verdict,
     WorkloadOutcome,
@@ -84,6 +90,15 @@ class CandidateSession:
         self.fresh_jit = False
         """Every worker of this session starts with empty JIT caches (``Guard.evaluate``)."""
         self._build()
+
+    def _add_parts(self, prefix: str, reply: dict[str, Any], parts: tuple[str, ...]) -> None:
+        """Adds a worker reply's ``phases_s`` (where its time went: diagnostics, never a
+        verdict; unknown or malformed entries are left out) to :attr:`phases`."""
+        given = reply.get("phases_s")
+        for part, secs in given.items() if isinstance(given, dict) else ():
+            if part in parts and isinstance(secs, int | float) and secs >= 0:
+                key = f"{prefix}.{part}"
+                self.phases[key] = self.phases.get(key, 0.0) + float(secs)
 
     def _tick(self, phase: str, t0: float) -> None:
         self.phases[phase] = self.phases.get(phase, 0.0) + time.monotonic() - t0
@@ -309,6 +324,7 @@ class CandidateSession:
                 f"{what}: returned a {objects[0]['type']} where a torch.Tensor was expected",
             )
         ran = self._ref({"op": "run", "workload": wj, "seed": seed}, deadline)
+        self._add_parts("round.reference", ran, ("inputs", "call"))
         outcome.notes += [n for n in ran.get("notes") or [] if n not in outcome.notes]
         if writes is not None:
             check_writes(writes, ran.get("writes"), what)
@@ -322,6 +338,7 @@ class CandidateSession:
             },
             deadline,
         )
+        self._add_parts("round", reply, ("compare",))
         if reply.get("exchange_failed"):
             if not self.guard.gpu_exchange:  # not asked for: the header is the candidate's
                 raise hack("output-type", f"{what}: an unrequested CUDA IPC header is refused "
@@ -373,6 +390,7 @@ class CandidateSession:
             deadline,
             what,
         )
+        self._add_parts("round.candidate", reply, ROUND_PARTS)
         if "writes" not in reply:  # the harness always says; a reply without it was tampered
             raise hack("check-error", f"{what}: the candidate worker's reply lacks 'writes'")
         self._judge_round(wl, seed, reply["outputs"], outcome, deadline, what, reply["writes"])
@@ -410,11 +428,7 @@ class CandidateSession:
             "timing",
         )
         self._tick("timing", t1)
-        parts = timed.get("phases_s")  # where the timing went (diagnostics; malformed: none)
-        for part, secs in parts.items() if isinstance(parts, dict) else ():
-            if part in ("inputs", "calls", "outputs") and isinstance(secs, int | float):
-                key = f"timing.{part}"
-                self.phases[key] = self.phases.get(key, 0.0) + float(secs)
+        self._add_parts("timing", timed, ("inputs", "calls", "outputs"))
         t2 = time.monotonic()
         for seed, headers in timed["sampled"]:
             try:

@@ -177,8 +177,10 @@ class ReferenceRole:
                 "writes": self.writes.get(wl.uuid, []),
             }
         try:
+            t0 = time.monotonic()
             gen = self._inputs(wl, key[1])
             release_cached(self.device)  # the generator's temporaries (candidate.py says why)
+            t1 = time.monotonic()
             self.input_notes[wl.uuid] = list(gen.notes)
             before = {n: _version(t) for n, t in gen.values.items()}
             outs = normalize_outputs(
@@ -187,6 +189,7 @@ class ReferenceRole:
                 list(self.definition.outputs),
             )
             self._check_ref_outputs(outs, resolve_axes(self.definition, wl))
+            phases = {"inputs": t1 - t0, "call": time.monotonic() - t1}
             self.writes[wl.uuid] = sorted(
                 n
                 for n, t in gen.values.items()
@@ -204,7 +207,8 @@ class ReferenceRole:
         while self.cache_bytes > self.cache_limit and len(self.cache) > 1:
             _, old = self.cache.popitem(last=False)
             self.cache_bytes -= sum(t.numel() * t.element_size() for t in old)
-        return {"ok": True, "cached": False, "notes": gen.notes, "writes": self.writes[wl.uuid]}
+        return {"ok": True, "cached": False, "notes": gen.notes, "writes": self.writes[wl.uuid],
+                "phases_s": phases}  # fmt: skip
 
     def emulated(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The low-precision ops the reference has run emulated in this process so far."""
@@ -218,6 +222,7 @@ class ReferenceRole:
         from kernelarc.problem.inputs import torch_dtype
         from kernelarc.problem.schema import Tolerance, Workload
 
+        t0 = time.monotonic()
         wl = Workload.model_validate(msg["workload"])
         key = (wl.uuid, int(msg["seed"]))
         if key not in self.cache:
@@ -254,7 +259,7 @@ class ReferenceRole:
         if msg.get("drop") or size > self.cache_limit:
             self.cache.pop(key)
             self.cache_bytes -= size
-        return {"ok": True, "checks": checks}
+        return {"ok": True, "checks": checks, "phases_s": {"compare": time.monotonic() - t0}}
 
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
         import torch
