@@ -140,19 +140,19 @@ def compile_stats() -> dict[str, Any] | None:
     compiled, seconds in Dynamo's frame compiles, in Inductor, and waiting for its kernels;
     None when nothing was compiled. Diagnostics for the traces only: the solution runs in
     this process and could alter these counters, so no verdict reads them."""
-    import sys
+    from kernelarc.guard.held_memory import compiled_graphs
 
-    if "torch._dynamo" not in sys.modules:
-        return None
-    try:
-        from torch._dynamo.utils import calculate_time_spent, counters
-
-        graphs = int(counters["stats"]["unique_graphs"])
-        spent = calculate_time_spent()
-    except Exception as e:  # a torch without these counters: said in the trace
-        return {"error": f"{type(e).__name__}: {e}"[:200]}
+    graphs = compiled_graphs()
     if graphs == 0:
         return None
+    if graphs < 0:  # a torch without this counter: said in the trace
+        return {"error": "Dynamo's count of compiled graphs cannot be read"}
+    try:
+        from torch._dynamo.utils import calculate_time_spent
+
+        spent = calculate_time_spent()
+    except Exception as e:  # a torch without these timers: said in the trace
+        return {"error": f"{type(e).__name__}: {e}"[:200]}
     return {
         "graphs": graphs,
         "compile_s": round(float(spent.get("entire_frame_compile", 0.0)), 2),

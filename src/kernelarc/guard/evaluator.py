@@ -38,7 +38,7 @@ from kernelarc.guard.isolation import (
 )
 from kernelarc.guard.noise import Decision
 from kernelarc.guard.scratch import make_scratch, sweep_stale
-from kernelarc.guard.verdict import Verdict, WorkloadOutcome, make_trace
+from kernelarc.guard.verdict import REFERENCE_FAILED, Verdict, WorkloadOutcome, make_trace
 from kernelarc.problem.loader import Problem
 from kernelarc.problem.schema import Solution, Workload
 
@@ -415,7 +415,7 @@ class Guard:
             )
             if not reply.get("ok"):
                 raise Verdict(
-                    "INVALID_REFERENCE", f"timing the reference failed: {reply.get('message')}"
+                    "INVALID_REFERENCE", f"timing {REFERENCE_FAILED}: {reply.get('message')}"
                 )
             self._ref_times[key] = reply["summary"]
         return self._ref_times[key]

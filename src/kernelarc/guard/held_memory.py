@@ -85,9 +85,9 @@ class CycleCollector:
         self.graphs = compiled_graphs()
         self.total = 0
         if self.cuda:
-            import torch
+            from kernelarc.guard.footprint import device_bytes
 
-            self.total = int(torch.cuda.get_device_properties(device).total_memory)
+            self.total = device_bytes(str(device)) or 0
 
     def __call__(self) -> bool:
         """Collect if there is reason to since the last call; returns whether it did."""

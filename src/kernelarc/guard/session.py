@@ -30,6 +30,7 @@ from kernelarc.guard.protocol import (
     derive_seed,
 )
 from kernelarc.guard.verdict import (
+    REFERENCE_FAILED,
     Verdict,
     WorkloadOutcome,
     check_writes,
@@ -298,7 +299,7 @@ class CandidateSession:
         if reply.get("error") == "reference":
             raise Verdict(
                 "INVALID_REFERENCE",
-                f"the reference failed: {reply.get('message')}\n{reply.get('traceback', '')}",
+                f"{REFERENCE_FAILED}: {reply.get('message')}\n{reply.get('traceback', '')}",
             )
         if not reply.get("ok"):
             raise Verdict("INVALID_REFERENCE", f"reference worker: {reply.get('message')}")

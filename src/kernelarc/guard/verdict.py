@@ -53,6 +53,11 @@ def from_violations(violations: list[dict[str, str]]) -> Verdict | None:
     return hack(first["check"], first["detail"] + rest)
 
 
+#: How a verdict's log starts when the reference, not the candidate, failed (the crowding
+#: note reads it: ``orchestration/crowding.py``).
+REFERENCE_FAILED = "the reference failed"
+
+
 def check_writes(writes: Any, allowed: Any, what: str) -> None:
     """A candidate may write in place (and return) only the inputs the reference itself
     writes on this workload (``ReferenceRole.writes``: a KV-cache update); any other write

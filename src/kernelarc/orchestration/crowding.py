@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kernelarc.guard.verdict import REFERENCE_FAILED
+
 _UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 _SIZE = r"([0-9.]+) (bytes|KiB|MiB|GiB|TiB)"
 _TRIED = re.compile(r"CUDA out of memory\. Tried to allocate " + _SIZE)
@@ -97,7 +99,7 @@ def parse_out_of_memory(log: str) -> OutOfMemory | None:
         total=_bytes(cap.group(1), cap.group(2)),
         free=_bytes(cap.group(3), cap.group(4)),
         this_process=_bytes(*this.groups()),
-        who="the reference worker" if "the reference failed" in log else "the candidate",
+        who="the reference worker" if REFERENCE_FAILED in log else "the candidate",
     )
 
 
