@@ -14,15 +14,19 @@ keeps beyond what it uses leaves the other too little. Two things keep such memo
   that compiles it, can leave that call's inputs and outputs in such cycles. This was seen
   with L2 025's reference on the CPU (torch 2.13), whose expert loop has graph breaks: all
   7 inputs and 5 outputs were still alive after ``del`` until ``gc.collect()``. Later calls
-  left none, and neither did small functions without such a loop. On an 80 GB H100 this fits
+  left none, and neither did small functions without such a loop. Such a frame is traced
+  and then skipped (a graph break in a loop): it compiles no graph, so the trigger is the
+  count of frames Dynamo traced, not of graphs (session 36's H100 run of
+  ``tests/test_worker_memory.py`` failed on the graph count). On an 80 GB H100 this fits
   two failures of session 35:
   - the compiled candidate held 49 GiB, its inputs and outputs, while the reference worker
     made its inputs;
   - the compiled baseline's reference worker had 72.8 GiB in use during timing: the pool,
     plus two calls' outputs.
 
-  :class:`CycleCollector` runs the collector when a request or a timing loop's first call
-  compiled a graph and the worker has more than :data:`CYCLES_CHECKED_ABOVE` allocated,
+  :class:`CycleCollector` runs the collector when Dynamo traced a frame during a request
+  or a timing loop's first call (:func:`traced_frames`) and the worker has more than
+  :data:`CYCLES_CHECKED_ABOVE` allocated,
   or whenever it has over a quarter of the device allocated. Workers check after every
   request, and timing loops after their first call. A collection costs 0.1-0.25 s, so
   it is not run after every request of every problem: the reference worker alone keeps up
@@ -75,6 +79,21 @@ def compiled_graphs() -> int:
         return -1
 
 
+def traced_frames() -> int:
+    """Frames Dynamo has traced in this process so far, compiled or skipped (a frame is
+    traced on a cache miss only): 0 when Dynamo was never loaded, -1 when its counter cannot
+    be read (every check then counts as after a trace). As :func:`compiled_graphs`, the
+    candidate can change it and at worst skips collections of its own garbage."""
+    if "torch._dynamo" not in sys.modules:
+        return 0
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["frames"]["total"])
+    except (ImportError, KeyError, TypeError, ValueError):
+        return -1
+
+
 class CycleCollector:
     """Runs Python's cyclic collector when garbage cycles may hold device memory (the
     module docstring says when). One per worker process, one per timing loop."""
@@ -82,7 +101,7 @@ class CycleCollector:
     def __init__(self, device: Any) -> None:
         self.device = device
         self.cuda = _cuda(device)
-        self.graphs = compiled_graphs()
+        self.frames = traced_frames()
         self.total = 0
         if self.cuda:
             from kernelarc.guard.footprint import device_bytes
@@ -95,10 +114,10 @@ class CycleCollector:
             return False
         import torch
 
-        graphs = compiled_graphs()
-        compiled, self.graphs = graphs != self.graphs or graphs < 0, graphs
+        frames = traced_frames()
+        traced, self.frames = frames != self.frames or frames < 0, frames
         allocated = torch.cuda.memory_allocated(self.device)
-        if allocated > self.total // 4 or (compiled and allocated > CYCLES_CHECKED_ABOVE):
+        if allocated > self.total // 4 or (traced and allocated > CYCLES_CHECKED_ABOVE):
             gc.collect()
             return True
         return False
