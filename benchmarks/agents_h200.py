@@ -70,16 +70,27 @@ class Stop:
     """SIGTERM (``split_calls.sh``'s ``timeout``): the search in progress is told to stop
     (``kernelarc optimize`` then hands over its best so far), its row is saved, and no
     baseline session or further problem starts. The signal is passed on to the search, so a
-    SIGTERM to this script alone stops it too."""
+    SIGTERM to this script alone stops it too. During the baseline session (in this
+    process) the signal raises :class:`Stopped`: one L2 025 workload of it outlasted the
+    20 s between SIGTERM and SIGKILL (session 36), and the killed row was lost."""
 
     def __init__(self) -> None:
         self.asked = False
         self.child: subprocess.Popen[str] | None = None
+        self.in_baseline = False
 
     def __call__(self, signum: int, frame: object) -> None:
         self.asked = True
         if self.child is not None and self.child.poll() is None:
             self.child.send_signal(signal.SIGTERM)
+        if self.in_baseline:
+            self.in_baseline = False  # once: the guard's cleanup then runs undisturbed
+            raise Stopped("SIGTERM during the baseline session")
+
+
+class Stopped(BaseException):
+    """The baseline session was stopped by SIGTERM (its guard closes its workers). Not an
+    ``Exception``: no handler on the way turns it into a verdict and goes on."""
 
 
 def optimize(
@@ -395,8 +406,11 @@ def main() -> None:
             return True
         return args.deadline is not None and time.monotonic() - t_start > args.deadline
 
-    def save() -> None:
-        (args.out / "agents_bench.json").write_text(json.dumps(results, indent=1, default=str))
+    def save() -> None:  # whole or not at all: a signal may land in the middle
+        path = args.out / "agents_bench.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(results, indent=1, default=str))
+        os.replace(tmp, path)
 
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
@@ -464,7 +478,11 @@ def main() -> None:
             why = "SIGTERM" if stop.asked else "--deadline passed"
             r["compile"] = {"error": f"skipped: {why}", "workloads": []}
         elif best.exists() and args.compile_sample >= 0:
+            stop.in_baseline = True
             try:
+                # the row as it stands, kept should this process be killed in the baseline
+                r["summary"] = summarize(key, r)
+                save()
                 r["compile"] = compile_baseline(
                     problem_dir,
                     best,
@@ -474,8 +492,10 @@ def main() -> None:
                     args.cupti,
                     args.compile_budget,
                 )
-            except Exception as e:  # recorded, and the table says "no compile baseline"
+            except (Exception, Stopped) as e:  # recorded: the table says "no compile baseline"
                 r["compile"] = {"error": f"{type(e).__name__}: {e}"[:1000], "workloads": []}
+            finally:
+                stop.in_baseline = False
         r["summary"] = summarize(key, r)
         save()
         print(json.dumps(r["summary"], default=str), flush=True)

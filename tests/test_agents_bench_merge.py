@@ -225,6 +225,9 @@ def runs(
         "test_sigterm_stops_the_search_and_keeps_its_row": partial(
             _stopped_by_sigterm, tmp_path_factory.mktemp("sigterm")
         ),
+        "test_sigterm_stops_the_baseline_session_and_keeps_the_row": partial(
+            _stopped_in_the_baseline, tmp_path_factory.mktemp("baseline")
+        ),
     }
     yield from started_ahead(request, jobs)
 
@@ -239,6 +242,14 @@ def test_the_benchmark_runs_end_to_end_on_the_cpu(runs: dict[str, Future[None]])
 def test_sigterm_stops_the_search_and_keeps_its_row(runs: dict[str, Future[None]]) -> None:
     """``_stopped_by_sigterm``, run by ``runs``."""
     runs["test_sigterm_stops_the_search_and_keeps_its_row"].result()
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_baseline_session_and_keeps_the_row(
+    runs: dict[str, Future[None]],
+) -> None:
+    """``_stopped_in_the_baseline``, run by ``runs``."""
+    runs["test_sigterm_stops_the_baseline_session_and_keeps_the_row"].result()
 
 
 def _end_to_end(tmp_path: Path) -> None:
@@ -438,3 +449,37 @@ def test_the_estimate_check_reads_the_kept_results(tmp_path: Path) -> None:
     empty.write_text("{}")
     q = subprocess.run([sys.executable, str(script), str(empty)], capture_output=True, text=True)
     assert q.returncode != 0 and "no compiled candidate with both stages" in q.stderr
+
+
+def _stopped_in_the_baseline(tmp_path: Path) -> None:
+    """SIGTERM while the baseline session (in the script's own process) compiles the
+    reference: the session stops and the row is saved with its search results and the
+    baseline's error. Before, the row was written only after the session, and one L2 025
+    workload of it outlasted the 20 s from SIGTERM to SIGKILL (session 36): all lost. The
+    row is on disk from the session's start (seen here before the signal is sent)."""
+    examples = SCRIPT.parents[1] / "src" / "kernelarc" / "examples"
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(SCRIPT), "--problems", str(examples), "--only", "rmsnorm_h512"]
+    cmd += ["--device", "cpu", "--budget", "1", "--agents", "reference", "--time-limit", "200"]
+    cmd += ["--compile-sample", "0", "--out", str(out), "--runs-dir", str(tmp_path / "runs")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    saved = out / "agents_bench.json"
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if saved.exists() and "summary" in json.loads(saved.read_text())["rmsnorm_h512"]:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the script ended before the baseline could be stopped"
+        row = json.loads(saved.read_text())["rmsnorm_h512"]
+        assert "compile" not in row and row["best"]["per_workload"], row
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    row = json.loads(saved.read_text())["rmsnorm_h512"]
+    assert row["compile"]["error"] == "Stopped: SIGTERM during the baseline session", row
+    assert row["summary"]["correct"].startswith("6/6") and row["summary"]["compile_n"] == 0
+    assert not list(out.glob("*.tmp")), "a save left its temporary file"
