@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+import kernelarc.guard.compare as cmp
 from kernelarc.guard.compare import (
     EXACT_DTYPES,
     OutputCheck,
@@ -256,6 +257,57 @@ def test_chunking_gives_the_same_answer(chunk: int) -> None:
     assert part.max_relative_error == whole.max_relative_error
     assert part.rel_l2_error == pytest.approx(whole.rel_l2_error, rel=1e-12)
     assert 0.0 < whole.matched_ratio < 1.0  # the data exercises both outcomes
+
+
+def _totals(kind: str, x: torch.Tensor, y: torch.Tensor, tol: Tolerance) -> dict[str, object]:
+    acc = cmp._Acc()
+    fn = cmp._chunk_float if kind == "fast" else cmp._chunk_float_masked
+    fn(x, y, tol, acc)
+    return vars(acc)
+
+
+def _pair(case: str, n: int = 4099) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(n)
+    y = torch.randn(n, generator=g) * 3
+    x = y + torch.randn(n, generator=g) * 0.3
+    if case == "zeros":  # zeros on either side, equal values, and 0 - 0
+        y[::7], x[::5], x[::11] = 0.0, 0.0, y[::11]
+    elif case == "all-zero-output":
+        x.zero_()
+    elif case == "tiny":  # subnormal and near-zero references
+        y[::3] = 1e-40
+    elif case in ("nan", "inf", "-inf"):
+        x[10], y[20] = float(case), float(case)
+    elif case == "overflow":  # finite on both sides, the difference is not
+        x[5], y[5] = 3e38, -3e38
+    return x, y
+
+
+@pytest.mark.parametrize("case", ["plain", "zeros", "all-zero-output", "tiny", "nan", "inf",
+                                  "-inf", "overflow"])  # fmt: skip
+@pytest.mark.parametrize(
+    "tol",
+    [TOL, Tolerance(max_atol=0.0, max_rtol=0.1, required_matched_ratio=0.9),
+     Tolerance(max_atol=1e-3, max_rtol=0.0, required_matched_ratio=0.5),
+     Tolerance(max_atol=0.0, max_rtol=0.0, required_matched_ratio=0.0, allow_negative_inf=True)],
+)  # fmt: skip
+def test_the_finite_fast_path_gives_the_masked_paths_totals_bit_for_bit(
+    case: str, tol: Tolerance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_chunk_float`` takes its own path only where every difference is finite, and there
+    gives exactly what ``_chunk_float_masked`` (the rules written out over masks) gives."""
+    x, y = _pair(case)
+    masked = _totals("masked", x, y, tol)
+    taken: list[bool] = []
+    masked_path = cmp._chunk_float_masked
+
+    def counted(*a: object) -> None:
+        taken.append(True)
+        masked_path(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cmp, "_chunk_float_masked", counted)
+    assert _totals("fast", x, y, tol) == masked
+    assert bool(taken) == (case in ("nan", "inf", "-inf", "overflow"))
 
 
 def test_non_contiguous_output() -> None:

@@ -124,6 +124,50 @@ class _Acc:
 
 
 def _chunk_float(x: torch.Tensor, y: torch.Tensor, tol: Tolerance, acc: _Acc) -> None:
+    """One chunk; the common case, every ``|x - y|`` finite (then so is every x and y),
+    in about half the memory traffic of :func:`_chunk_float_masked` and one device sync for
+    its totals; any non-finite difference (a NaN or Inf on either side, or an overflowing
+    difference) goes to :func:`_chunk_float_masked`. Both give the same totals, bit for bit
+    (``tests/test_compare.py``). The comparison is most of a correctness round on a problem
+    with tens of GB of outputs (L2 025: 2.8 s of about 5 s, docs/PERFORMANCE.md)."""
+    diff = torch.sub(x, y).abs_()
+    if not bool(torch.isfinite(diff).all()):
+        del diff
+        _chunk_float_masked(x, y, tol, acc)
+        return
+    atol, rtol = float(tol.max_atol), float(tol.max_rtol)
+    if not acc.out_nonzero:  # once seen, not looked for again
+        acc.out_nonzero = bool((x != 0).any())
+    if not acc.ref_nonzero:
+        acc.ref_nonzero = bool((y != 0).any())
+    ay = y.abs()
+    limit = ay.mul(rtol).add_(atol)  # atol + rtol * |y|, rounded as the masked path does
+    matched = (diff <= limit).sum()
+    del limit
+    denom = ay.clamp_(min=atol) if atol > 0 else ay
+    rel = diff / denom  # 0 where diff is 0: denom is at least atol > 0
+    if atol <= 0:
+        rel = torch.where(diff == 0, torch.zeros_like(rel), rel)
+    rel_max = rel.max()
+    del rel, denom, ay
+    d64 = diff.double()
+    sq_diff = d64.mul_(d64).sum()
+    del d64
+    y64 = y.double()
+    sq_ref = y64.mul_(y64).sum()
+    del y64
+    totals = torch.stack([matched.double(), diff.max().double(), rel_max.double(), sq_diff, sq_ref])
+    n, max_abs, max_rel, sq_d, sq_r = totals.tolist()
+    acc.matched += int(n)
+    acc.max_abs = max(acc.max_abs, max_abs)
+    acc.max_rel = max(acc.max_rel, max_rel)
+    acc.sq_diff += sq_d
+    acc.sq_ref += sq_r
+
+
+def _chunk_float_masked(x: torch.Tensor, y: torch.Tensor, tol: Tolerance, acc: _Acc) -> None:
+    """One chunk holding a non-finite value or difference: every total over the finite
+    positions only (module docstring)."""
     atol, rtol = float(tol.max_atol), float(tol.max_rtol)
     nan = torch.isnan(x) | torch.isnan(y)
     inf = torch.isinf(x) | torch.isinf(y)
