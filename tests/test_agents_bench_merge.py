@@ -335,6 +335,26 @@ def _end_to_end(tmp_path: Path) -> None:
     assert not done.exists()
 
 
+def _sigterm_once(
+    cmd: list[str], ready: Callable[[], bool], *, wait_s: float, exit_s: float, early: str
+) -> str:
+    """Runs ``cmd``, sends it SIGTERM once ``ready()`` (polled), and returns its stdout; it
+    must still be running then and exit 0 within ``exit_s``. Killed on any failure."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + wait_s
+    try:
+        while time.monotonic() < deadline and proc.poll() is None and not ready():
+            time.sleep(0.1)
+        assert proc.poll() is None, early
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=exit_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    return stdout
+
+
 def _stopped_by_sigterm(tmp_path: Path) -> None:
     """SIGTERM to the script (``split_calls.sh``'s ``timeout``) once the search has judged a
     candidate: the search is told to stop and hands over its best, the row is saved, no
@@ -346,21 +366,14 @@ def _stopped_by_sigterm(tmp_path: Path) -> None:
     cmd += ["--only", "rmsnorm_h512,gemm_small", "--device", "cpu", "--budget", "4"]
     cmd += ["--agents", "reference,compiler", "--time-limit", "300", "--out", str(out)]
     cmd += ["--runs-dir", str(runs)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     events = runs / "run-rmsnorm_h512" / "events.jsonl"
-    deadline = time.monotonic() + 240
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if events.exists() and '"kind": "evaluated"' in events.read_text():
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, "the search ended before it could be stopped"
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    stdout = _sigterm_once(
+        cmd,
+        lambda: events.exists() and '"kind": "evaluated"' in events.read_text(),
+        wait_s=240,
+        exit_s=240,
+        early="the search ended before it could be stopped",
+    )
     results = json.loads((out / "agents_bench.json").read_text())
     assert list(results) == ["rmsnorm_h512"] and "gemm_small: not started, SIGTERM" in stdout
     row = results["rmsnorm_h512"]
@@ -462,23 +475,17 @@ def _stopped_in_the_baseline(tmp_path: Path) -> None:
     cmd = [sys.executable, str(SCRIPT), "--problems", str(examples), "--only", "rmsnorm_h512"]
     cmd += ["--device", "cpu", "--budget", "1", "--agents", "reference", "--time-limit", "200"]
     cmd += ["--compile-sample", "0", "--out", str(out), "--runs-dir", str(tmp_path / "runs")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     saved = out / "agents_bench.json"
-    deadline = time.monotonic() + 300
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if saved.exists() and "summary" in json.loads(saved.read_text())["rmsnorm_h512"]:
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, "the script ended before the baseline could be stopped"
-        row = json.loads(saved.read_text())["rmsnorm_h512"]
+
+    def in_baseline() -> bool:
+        row = json.loads(saved.read_text())["rmsnorm_h512"] if saved.exists() else {}
+        if "summary" not in row:
+            return False
         assert "compile" not in row and row["best"]["per_workload"], row
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, stdout[-2000:] + stderr[-3000:]
+        return True
+
+    _sigterm_once(cmd, in_baseline, wait_s=300, exit_s=60,
+                  early="the script ended before the baseline could be stopped")  # fmt: skip
     row = json.loads(saved.read_text())["rmsnorm_h512"]
     assert row["compile"]["error"] == "Stopped: SIGTERM during the baseline session", row
     assert row["summary"]["correct"].startswith("6/6") and row["summary"]["compile_n"] == 0

@@ -64,34 +64,30 @@ def release_cached(device: Any) -> None:
         torch.cuda.empty_cache()
 
 
-def compiled_graphs() -> int:
-    """Graphs ``torch.compile`` has compiled in this process so far: 0 when Dynamo was never
-    loaded, -1 when its counter cannot be read (a torch without it: every check then
-    counts as after a compile). The candidate runs here and can change the counter; at
-    worst it skips collections that would free its own garbage."""
+def _dynamo_counter(group: str, name: str) -> int:
+    """One of Dynamo's counters: 0 when Dynamo was never loaded, -1 when it cannot be read
+    (a torch without it: every check then counts as after a compile). The candidate runs
+    in this process and can change it; at worst it skips collections of its own garbage."""
     if "torch._dynamo" not in sys.modules:
         return 0
     try:
         from torch._dynamo.utils import counters
 
-        return int(counters["stats"]["unique_graphs"])
+        return int(counters[group][name])
     except (ImportError, KeyError, TypeError, ValueError):
         return -1
+
+
+def compiled_graphs() -> int:
+    """Graphs ``torch.compile`` has compiled in this process so far (:func:`_dynamo_counter`
+    says what 0 and -1 mean)."""
+    return _dynamo_counter("stats", "unique_graphs")
 
 
 def traced_frames() -> int:
     """Frames Dynamo has traced in this process so far, compiled or skipped (a frame is
-    traced on a cache miss only): 0 when Dynamo was never loaded, -1 when its counter cannot
-    be read (every check then counts as after a trace). As :func:`compiled_graphs`, the
-    candidate can change it and at worst skips collections of its own garbage."""
-    if "torch._dynamo" not in sys.modules:
-        return 0
-    try:
-        from torch._dynamo.utils import counters
-
-        return int(counters["frames"]["total"])
-    except (ImportError, KeyError, TypeError, ValueError):
-        return -1
+    traced on a cache miss only; :func:`_dynamo_counter` says what 0 and -1 mean)."""
+    return _dynamo_counter("frames", "total")
 
 
 class CycleCollector:
