@@ -5,6 +5,8 @@ changed. The same on CUDA when there is one."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -65,6 +67,23 @@ def test_each_change_is_found_and_nothing_else(device: str, copy_bytes: int, cha
     if change in WRITTEN:
         want[WRITTEN[change]] = True
     assert rec.written(xs) == want  # new storage, same values: not a write
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(3, 1000),  # 32-bit words
+    lambda: torch.arange(-500, 501, dtype=torch.int32),  # negative words: sign-extended
+    lambda: torch.arange(7, dtype=torch.uint8),  # a size that is no whole number of words
+])  # fmt: skip
+def test_the_fingerprint_is_the_odd_weighted_sum_of_the_words(make: Any) -> None:
+    """The definition written out (32-bit words, or bytes, widened to int64; odd weights
+    from the key's generator; sum modulo 2**64), against which faster forms are checked."""
+    t = make()
+    raw = t.reshape(-1).view(torch.uint8)
+    words = raw.view(torch.int32) if raw.numel() % 4 == 0 else raw
+    gen = torch.Generator().manual_seed(99)
+    w = torch.randint(-(1 << 62), 1 << 62, words.shape, generator=gen, dtype=torch.int64)
+    want = int((w.bitwise_or(1) * words.to(torch.int64)).sum()) & ((1 << 64) - 1)
+    assert fingerprint(t, 99) == want
 
 
 def test_fingerprints_depend_on_key_and_content_alone() -> None:

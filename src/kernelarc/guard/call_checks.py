@@ -89,7 +89,7 @@ def fingerprint(t: Any, key: int) -> int:
     gen.manual_seed(key)
     total = torch.zeros((), dtype=torch.int64, device=t.device)
     for start in range(0, words.numel(), CHUNK_WORDS):
-        chunk = words[start : start + CHUNK_WORDS].to(torch.int64)
+        chunk = words[start : start + CHUNK_WORDS]  # widened to int64 inside the multiply
         w = torch.randint(
             -(1 << 62), 1 << 62, chunk.shape, generator=gen, dtype=torch.int64, device=t.device
         )
