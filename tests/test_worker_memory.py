@@ -162,8 +162,8 @@ def test_a_traced_frame_is_counted_even_when_dynamo_skips_it() -> None:
 def test_the_collector_frees_what_a_compiling_call_left_in_cycles(
     no_automatic_gc: None,
 ) -> None:
+    fn, x, w = _compiled_on_large_inputs()  # Dynamo reset first: the counts then stand
     collect = CycleCollector(torch.device("cuda"))
-    fn, x, w = _compiled_on_large_inputs()
     alive_in, outs = weakref.ref(x), fn(x, w)
     alive_out = weakref.ref(outs[0])
     del x, outs
