@@ -109,8 +109,11 @@ def _slowed_example(tmp_path: Path) -> Path:
 
 def _stopped_during_the_confirmation(tmp_path: Path) -> tuple[int, str, Path]:
     """Optimize the slowed example with its reference and one seed, a plain solution, and
-    send SIGTERM when the search has stopped (the confirmation of the seed, in a new worker
-    that first imports torch, is then starting). Exit status, stderr, run directory."""
+    send SIGTERM when the search has stopped. The seed wins every workload, so no composition
+    is judged; the signal waits for the next judgement, the confirmation of the seed (in a
+    new worker that first imports torch). It used to land in the composition's planning
+    when the reference passed too (CI of ``bdebc51``): that planning was cut as well.
+    Exit status, stderr, run directory."""
     run = tmp_path / "run"
     args = ["optimize", str(_slowed_example(tmp_path)), "--agents", "reference"]
     args += ["--budget", "2", "--run-dir", str(run), *FAST]

@@ -212,6 +212,43 @@ def test_no_composition_starts_with_less_time_left_than_its_parts_took(
         store.close()
 
 
+def test_a_stop_signal_while_the_composition_is_planned_waits_for_the_next_judgement(
+    guard: Guard,
+    problem: Problem,
+    compose_run: Search,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the composition's judgement is cut by a stop signal: one that comes while the
+    composition is planned waits, here (nothing worth judging, no confirmation) until the
+    handover. It used to cut the planning, so a signal meant for the confirmation was
+    recorded against a composition that would not have run (CI of ``bdebc51``)."""
+    import os
+    import signal
+
+    from kernelarc.orchestration import compose
+    from kernelarc.orchestration.finish import finish
+
+    def signalled(*args: object) -> float:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return 1.0  # no gain: skipped
+
+    monkeypatch.setattr(compose, "predicted_gain", signalled)
+    config = run_config(problem, ["A", "B"], budget=2)
+    store = SQLiteStore(resumable_copy(compose_run, tmp_path) / "store.sqlite")
+    orch = Orchestrator(
+        problem, split_agents("c"), config, RunDir(tmp_path / "run"), store, guard, {}
+    )
+    orch.sigint.install()
+    try:
+        finish(orch)
+        kinds = [(e.kind, e.payload.get("during")) for e in store.events()[-3:]]
+    finally:
+        orch.sigint.uninstall()
+        store.close()
+    assert kinds == [("composition_skipped", None), ("best", None), ("interrupted", "handover")]
+
+
 def test_each_stage_says_where_its_time_went(compose_run: Search) -> None:
     """The evaluated events carry each stage's phases (the guard's own accounting; a worker
     started ahead, as the warm spare is, counts its start though it overlapped earlier work),

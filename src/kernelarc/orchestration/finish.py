@@ -99,12 +99,7 @@ def _finish(orch: Orchestrator) -> dict[str, Any]:
     elif cfg.compose and len(passes) >= 2 and orch.time_left_total() <= 0:
         orch.event("compose_skipped", {"why": "time limit reached"})
     elif cfg.compose and len(passes) >= 2:
-        try:
-            with orch.sigint.window():
-                composed = _compose(orch, passes, best_rec, best_ev)
-        except KeyboardInterrupt:
-            orch.stopped_by_signal("composition")
-            composed = None
+        composed = _compose(orch, passes, best_rec, best_ev)
         if composed is not None:
             chosen = composed
     confirmable = cfg.confirm and chosen[0].content_hash != reference.content_hash()
@@ -155,6 +150,9 @@ def _compose(
     best_rec: CandidateRecord,
     best_ev: EvaluationRecord,
 ) -> tuple[CandidateRecord, EvaluationRecord] | None:
+    """The shape-gated composition of the per-workload winners, judged in full; None when
+    it is not worth judging, not significantly better, or its judgement was cut by a stop
+    signal (one that came while it was planned waits for the next judgement)."""
     from kernelarc.orchestration.compose import CompositionError, compose, predicted_gain
 
     problem = orch.problem
@@ -187,14 +185,19 @@ def _compose(
             {"why": f"{max(left, 0.0):.0f} s left, under the {need:.0f} s its parts took to judge"},
         )
         return None
-    record, ev = judge_final(
-        orch,
-        solution,
-        agent=COMPOSER,
-        strategy="composition",
-        parent=best_rec.id,
-        hypothesis="shape-gated composition of the per-workload winners",
-    )
+    try:  # only the judgement is cut: a signal during the planning above waits for it
+        with orch.sigint.window():
+            record, ev = judge_final(
+                orch,
+                solution,
+                agent=COMPOSER,
+                strategy="composition",
+                parent=best_rec.id,
+                hypothesis="shape-gated composition of the per-workload winners",
+            )
+    except KeyboardInterrupt:
+        orch.stopped_by_signal("composition")
+        return None
     per, result = ev.result.per_workload, ev.result
     better = result.passed and significant(per, best_ev.result.per_workload, orch.config.min_gain)
     orch.event(
