@@ -41,6 +41,7 @@ always keep the time: L2 025 on the H200 (session 20), the reserve for the group
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import TYPE_CHECKING
 
 from kernelarc.agents.types import Conclusion, Outcome, WorkloadResult
@@ -133,13 +134,10 @@ def confirm(orch: Orchestrator, chosen: Pass, passes: list[Pass]) -> Pass | None
             why = f"{max(left, 0.0):.0f} s left, under the {need:.0f} s its judgement took"
             orch.event("confirmation_skipped", {"candidate": rec.id, "why": why})
             break
-        try:
-            with orch.sigint.window():
-                ok = _confirm_one(orch, rec, ev, confirmed, failed)
-        except KeyboardInterrupt:  # what is confirmed so far decides (``finish.py``)
-            orch.stopped_by_signal("confirmation")
-            break
-        if ok:
+        ok = orch.unless_stopped(
+            "confirmation", partial(_confirm_one, orch, rec, ev, confirmed, failed)
+        )
+        if ok is None or ok:  # cut by a signal: what is confirmed so far decides
             break
     if not confirmed:
         return next((p for p in queue if p[0].id not in failed), None)

@@ -117,11 +117,10 @@ def _finish(orch: Orchestrator) -> dict[str, Any]:
         elif orch.time_left_total() <= 0:
             orch.event("fallback_skipped", {"why": "time limit reached"})
         else:
-            try:
-                with orch.sigint.window():
-                    chosen = _fallback(orch, reference, *chosen)
-            except KeyboardInterrupt:
-                orch.stopped_by_signal("fallback")
+            chosen = (
+                orch.unless_stopped("fallback", lambda: _fallback(orch, reference, *chosen))
+                or chosen
+            )
     return _hand_over(orch, chosen, reference)
 
 
@@ -185,19 +184,21 @@ def _compose(
             {"why": f"{max(left, 0.0):.0f} s left, under the {need:.0f} s its parts took to judge"},
         )
         return None
-    try:  # only the judgement is cut: a signal during the planning above waits for it
-        with orch.sigint.window():
-            record, ev = judge_final(
-                orch,
-                solution,
-                agent=COMPOSER,
-                strategy="composition",
-                parent=best_rec.id,
-                hypothesis="shape-gated composition of the per-workload winners",
-            )
-    except KeyboardInterrupt:
-        orch.stopped_by_signal("composition")
+    # only the judgement is cut: a signal during the planning above waits for it
+    judged = orch.unless_stopped(
+        "composition",
+        lambda: judge_final(
+            orch,
+            solution,
+            agent=COMPOSER,
+            strategy="composition",
+            parent=best_rec.id,
+            hypothesis="shape-gated composition of the per-workload winners",
+        ),
+    )
+    if judged is None:
         return None
+    record, ev = judged
     per, result = ev.result.per_workload, ev.result
     better = result.passed and significant(per, best_ev.result.per_workload, orch.config.min_gain)
     orch.event(

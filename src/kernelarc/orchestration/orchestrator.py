@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 from kernelarc.agents.base import Agent, Rebasing
 from kernelarc.agents.board import Board
@@ -41,6 +41,9 @@ from kernelarc.problem.loader import Problem
 from kernelarc.store.base import CandidateRecord, EvaluationRecord, Store
 
 MAX_PROPOSE_ERRORS = 3
+
+
+T = TypeVar("T")
 
 
 class Orchestrator:
@@ -113,6 +116,16 @@ class Orchestrator:
         self.event(
             "interrupted", {"used": self.used, "signal": self.sigint.received, "during": during}
         )
+
+    def unless_stopped(self, during: str, judgement: Callable[[], T]) -> T | None:
+        """``judgement()`` in a window a stop signal may cut (``DeferredInterrupt.window``):
+        its result, or None when a signal cut it (recorded as cutting ``during``)."""
+        try:
+            with self.sigint.window():
+                return judgement()
+        except KeyboardInterrupt:
+            self.stopped_by_signal(during)
+            return None
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, Any]:
