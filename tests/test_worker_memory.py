@@ -169,7 +169,9 @@ def test_the_collector_frees_what_a_compiling_call_left_in_cycles(
     del x, outs
     if alive_in() is None:
         pytest.skip("this torch leaves no garbage cycle here: nothing to collect")
-    assert alive_out() is not None
+    # the input is held by a cycle; the output may be too (the CPU, torch 2.13) or already
+    # freed by reference counting (an H100, session 38): either way the collector must free
+    # what is still held
     assert collect() is True
     assert alive_in() is None and alive_out() is None
 
