@@ -1,6 +1,7 @@
 """What the guard's output comparison (``guard.compare.check_output``) costs on one device:
-the finite fast path against the masked path it falls back to, on float32 outputs of a
-given size (L2 025: 6.4 G elements a round, docs/PERFORMANCE.md session 36).
+the fused Triton pass (CUDA only), the torch fast path and the masked path they fall back
+to, on float32 outputs of a given size (L2 025: 6.4 G elements a round,
+docs/PERFORMANCE.md session 36).
 
     python benchmarks/compare_cost.py [--device cuda] [--gib 8] [--repeat 3]
 
@@ -30,9 +31,11 @@ TOL = Tolerance(max_atol=1e-2, max_rtol=1e-2, required_matched_ratio=0.99)
 
 
 def timed(path: str, out: torch.Tensor, ref: torch.Tensor, repeat: int) -> list[float]:
-    fast = cmp._chunk_float
+    fast, fused_min = cmp._chunk_float, cmp.FUSED_MIN_ELEMS
     if path == "masked":
         cmp._chunk_float = cmp._chunk_float_masked  # the old path for every chunk
+    if path != "fused":
+        cmp.FUSED_MIN_ELEMS = 1 << 62  # no chunk is large enough: the torch paths
     try:
         runs = []
         for _ in range(repeat):
@@ -47,7 +50,7 @@ def timed(path: str, out: torch.Tensor, ref: torch.Tensor, repeat: int) -> list[
             assert r.ok, r.message
         return runs
     finally:
-        cmp._chunk_float = fast
+        cmp._chunk_float, cmp.FUSED_MIN_ELEMS = fast, fused_min
 
 
 def main() -> None:
@@ -60,14 +63,16 @@ def main() -> None:
     ref = torch.randn(n, device=args.device)
     out = ref + 1e-4 * torch.randn(n, device=args.device)
     rows = []
-    for path in ("masked", "fast", "masked", "fast"):  # interleaved: drift shows
+    paths = ("masked", "fast", "fused") if args.device.startswith("cuda") else ("masked", "fast")
+    timed("fused" if "fused" in paths else "fast", out, ref, 1)  # the kernel's first compile
+    for path in paths * 2:  # interleaved: drift shows
         med = statistics.median(timed(path, out, ref, args.repeat))
         rows.append((path, med))
         print(f"{path:7s} {med:8.3f} s  {n / med / 1e9:6.2f} elements/ns", flush=True)
-    m = statistics.median(s for p, s in rows if p == "masked")
-    f = statistics.median(s for p, s in rows if p == "fast")
+    med = {p: statistics.median(s for q, s in rows if q == p) for p in paths}
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
-    print(f"{name}: {n} elements, masked {m:.3f} s, fast {f:.3f} s, {m / f:.2f}x")
+    line = ", ".join(f"{p} {s:.3f} s ({med['masked'] / s:.2f}x)" for p, s in med.items())
+    print(f"{name}: {n} elements; {line} (x: against masked)")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ Pass ``exact_integers=False`` for the official behaviour.
 Memory: the tensors are walked in chunks of ``chunk_elems`` flattened elements (64 Mi by
 default), so the float32 temporaries never exceed a few chunk sizes. A non-contiguous
 output is flattened with one copy in its own dtype. Computation happens on ``device`` when
-given, else on the output's device.
+given, else on the output's device. On CUDA, float chunks of ``FUSED_MIN_ELEMS`` or more
+are compared in one Triton pass (``compare_fused``: the same matched counts and maxima, the
+float64 sums of squares to rounding).
 
 Not covered: Python scalar outputs, tuples (the caller checks each output), and the 10
 rounds with fresh inputs (the evaluator's job).
@@ -40,6 +42,7 @@ rounds with fresh inputs (the evaluator's job).
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from typing import Any, Literal
 
@@ -68,6 +71,12 @@ _REAL_DEVICES = frozenset({"cpu", "cuda"})
 
 #: Default chunk: 64 Mi elements (256 MiB per float32 temporary).
 DEFAULT_CHUNK_ELEMS = 1 << 26
+
+#: Chunks of at least this many CUDA elements are compared in one fused Triton pass
+#: (``compare_fused``): below it the torch passes cost well under a millisecond, and the
+#: kernel's first compile in a worker (about a second) is not worth paying.
+FUSED_MIN_ELEMS = 1 << 20
+_HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 Status = Literal["ok", "shape", "dtype", "numerical", "type"]
 
@@ -166,6 +175,32 @@ def _chunk_float(x: torch.Tensor, y: torch.Tensor, tol: Tolerance, acc: _Acc) ->
     acc.sq_ref += sq_r
 
 
+def _chunk_fused(x: torch.Tensor, y: torch.Tensor, tol: Tolerance, acc: _Acc) -> bool:
+    """One chunk of :data:`FUSED_MIN_ELEMS` or more CUDA elements in one Triton pass
+    (``compare_fused``), when every difference is finite; False leaves the chunk to the torch
+    paths (CPU tensors, small chunks, other dtypes, no Triton). A chunk with a non-finite
+    difference goes to :func:`_chunk_float_masked` here, as in :func:`_chunk_float`."""
+    if not (x.is_cuda and x.numel() >= FUSED_MIN_ELEMS and _HAS_TRITON):
+        return False
+    from kernelarc.guard import compare_fused
+
+    atol, rtol = float(tol.max_atol), float(tol.max_rtol)
+    if not compare_fused.can_fuse(x, y, atol):
+        return False
+    t = compare_fused.fused_totals(x, y, rtol, atol)
+    if t.nonfinite:
+        _chunk_float_masked(x.float(), y.float(), tol, acc)
+        return True
+    acc.matched += t.matched
+    acc.out_nonzero |= t.out_nonzero
+    acc.ref_nonzero |= t.ref_nonzero
+    acc.max_abs = max(acc.max_abs, t.max_abs)
+    acc.max_rel = max(acc.max_rel, t.max_rel)
+    acc.sq_diff += t.sq_diff
+    acc.sq_ref += t.sq_ref
+    return True
+
+
 def _chunk_float_masked(x: torch.Tensor, y: torch.Tensor, tol: Tolerance, acc: _Acc) -> None:
     """One chunk holding a non-finite value or difference: every total over the finite
     positions only (module docstring)."""
@@ -258,12 +293,12 @@ def check_output(
     total = xs.numel()
     acc = _Acc()
     for lo in range(0, total, chunk_elems):
-        x = xs[lo : lo + chunk_elems].to(device=dev, dtype=work_dtype)
-        y = ys[lo : lo + chunk_elems].to(device=dev, dtype=work_dtype)
+        x = xs[lo : lo + chunk_elems].to(device=dev)
+        y = ys[lo : lo + chunk_elems].to(device=dev)
         if exact:
-            _chunk_exact(x, y, acc)
-        else:
-            _chunk_float(x, y, tol, acc)
+            _chunk_exact(x.to(dtype=work_dtype), y.to(dtype=work_dtype), acc)
+        elif not _chunk_fused(x, y, tol, acc):
+            _chunk_float(x.to(dtype=work_dtype), y.to(dtype=work_dtype), tol, acc)
         del x, y
 
     ratio = acc.matched / total if total else 1.0
