@@ -88,7 +88,9 @@ def same(fused: dict[str, object] | None, ref: dict[str, object], case: str) -> 
 
 def _interpreted(n: int) -> list[str]:
     """Run every case and tolerance through the interpreted kernel in a subprocess."""
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT / "src"))
+    # this tree's src first; what the parent's path adds (dependencies) stays after it
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); import test_compare_fused as t; "
         f"print(json.dumps(t.all_differences({n}, 'cpu')))"
