@@ -69,8 +69,7 @@ def fused_totals(x: torch.Tensor, y: torch.Tensor, tol: Tolerance) -> dict[str, 
     t = compare_fused.fused_totals(x, y, float(tol.max_rtol), float(tol.max_atol))
     if t.nonfinite:
         return None
-    acc.matched, acc.out_nonzero, acc.ref_nonzero = t.matched, t.out_nonzero, t.ref_nonzero
-    acc.max_abs, acc.max_rel, acc.sq_diff, acc.sq_ref = t.max_abs, t.max_rel, t.sq_diff, t.sq_ref
+    acc.add_finite(t)
     return vars(acc)
 
 

@@ -44,12 +44,15 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict
 
 from kernelarc.problem.schema import Tolerance
+
+if TYPE_CHECKING:  # compare_fused imports Triton: only where the fused path runs
+    from kernelarc.guard.compare_fused import Totals
 
 #: Output dtypes compared for equality (in int64), not with the float tolerance.
 EXACT_DTYPES: frozenset[torch.dtype] = frozenset(
@@ -131,6 +134,16 @@ class _Acc:
         self.sq_diff = 0.0
         self.sq_ref = 0.0
 
+    def add_finite(self, t: Totals) -> None:
+        """Add the totals of a chunk whose differences are all finite."""
+        self.matched += t.matched
+        self.out_nonzero |= t.out_nonzero
+        self.ref_nonzero |= t.ref_nonzero
+        self.max_abs = max(self.max_abs, t.max_abs)
+        self.max_rel = max(self.max_rel, t.max_rel)
+        self.sq_diff += t.sq_diff
+        self.sq_ref += t.sq_ref
+
 
 def _chunk_float(x: torch.Tensor, y: torch.Tensor, tol: Tolerance, acc: _Acc) -> None:
     """One chunk; the common case, every ``|x - y|`` finite (then so is every x and y),
@@ -179,7 +192,9 @@ def _chunk_fused(x: torch.Tensor, y: torch.Tensor, tol: Tolerance, acc: _Acc) ->
     """One chunk of :data:`FUSED_MIN_ELEMS` or more CUDA elements in one Triton pass
     (``compare_fused``), when every difference is finite; False leaves the chunk to the torch
     paths (CPU tensors, small chunks, other dtypes, no Triton). A chunk with a non-finite
-    difference goes to :func:`_chunk_float_masked` here, as in :func:`_chunk_float`."""
+    difference goes to :func:`_chunk_float_masked` here, as in :func:`_chunk_float`. A
+    kernel that fails (a Triton that cannot compile) raises: the guard answers check-error
+    and rejects the candidate, never judging it some other way unseen."""
     if not (x.is_cuda and x.numel() >= FUSED_MIN_ELEMS and _HAS_TRITON):
         return False
     from kernelarc.guard import compare_fused
@@ -190,14 +205,8 @@ def _chunk_fused(x: torch.Tensor, y: torch.Tensor, tol: Tolerance, acc: _Acc) ->
     t = compare_fused.fused_totals(x, y, rtol, atol)
     if t.nonfinite:
         _chunk_float_masked(x.float(), y.float(), tol, acc)
-        return True
-    acc.matched += t.matched
-    acc.out_nonzero |= t.out_nonzero
-    acc.ref_nonzero |= t.ref_nonzero
-    acc.max_abs = max(acc.max_abs, t.max_abs)
-    acc.max_rel = max(acc.max_rel, t.max_rel)
-    acc.sq_diff += t.sq_diff
-    acc.sq_ref += t.sq_ref
+    else:
+        acc.add_finite(t)
     return True
 
 
