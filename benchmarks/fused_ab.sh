@@ -44,7 +44,9 @@ for side in fused torch; do
   PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}" timeout $(( LIMIT / 2 )) \
     python3 "$root/benchmarks/judge_cost_probe.py" "$PROBLEM" "$@" \
     > "$DEST/$side.json" 2> "$DEST/$side.err"
-  echo "rc $? in $(( $(date +%s) - t )) s"
+  probe_rc=$?
+  echo "rc $probe_rc in $(( $(date +%s) - t )) s"
+  [ "$probe_rc" -eq 0 ] || rc=1  # a probe that failed or ran out of time fails the script
   python3 - "$DEST/$side.json" <<'PY' || { tail -5 "$DEST/$side.err"; rc=1; }
 import json, sys
 d = json.load(open(sys.argv[1]))

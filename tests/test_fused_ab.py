@@ -4,8 +4,9 @@ comparison pass, in one call.
 Covered: the script runs end to end on the CPU (the bundled example, one workload, one
 round): both sides judge the reference and it passes, the torch-only copy is what its
 ``import kernelarc`` finds, and each side's probe JSON lands in ``OUT``; a missing problem
-folder is named in the error. Not covered: the GPU, where only the fused side takes the
-fused pass (on the CPU both sides take the torch paths, so nothing here compares them).
+folder is named in the error; a probe that fails fails the script. Not covered: the GPU,
+where only the fused side takes the fused pass (on the CPU both sides take the torch paths,
+so nothing here compares them).
 """
 
 from __future__ import annotations
@@ -46,3 +47,12 @@ def test_a_missing_problem_folder_is_named(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert p.returncode == 2 and f"no problem folder {tmp_path / 'nope'}" in p.stderr
+
+
+def test_a_failing_probe_fails_the_script(tmp_path: Path) -> None:
+    p = subprocess.run(
+        ["bash", str(SCRIPT), str(EXAMPLE), "--no-such-option"], cwd=ROOT,
+        env=_env(OUT=str(tmp_path)), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert p.stdout.count("rc 2 in") == 2 and "unrecognized arguments" in p.stdout
