@@ -138,17 +138,28 @@ def significant(
     new: Sequence[WorkloadResult], old: Sequence[WorkloadResult] | None, min_gain: float
 ) -> bool:
     """Whether ``new`` beats ``old`` (same workloads): the geomean speedup of new over old
-    must exceed ``1 + min_gain``. (Latencies of both come from the same guard session;
-    the guard's interleaved ``Guard.compare`` is the stricter tool for close calls.)"""
+    must exceed ``1 + min_gain``. Per workload that is the ratio of their speedups over the
+    reference timed with each, or of their latencies where a side lacks one. On a GPU both
+    carry the same cached reference timing and the two agree; where the reference is timed
+    again with each candidate (the CPU, whose timings drift within a run) the ratio of
+    speedups cancels the drift and agrees with ``score_of``, which picks the run's best.
+    (The guard's interleaved ``Guard.compare`` is the stricter tool for close calls.)"""
     new_score = score_of(new)
     if new_score is None:
         return False
     if not old:
         return True
-    old_lat = {r.uuid: r.latency_ms for r in old if r.latency_ms}
-    ratios = [old_lat[r.uuid] / r.latency_ms for r in new if r.latency_ms and r.uuid in old_lat]
+    theirs = {r.uuid: r for r in old if r.latency_ms}
+    ratios = [_gain(r, theirs[r.uuid]) for r in new if r.latency_ms and r.uuid in theirs]
     g = geomean(ratios)
     return g is not None and g > 1.0 + min_gain
+
+
+def _gain(new: WorkloadResult, old: WorkloadResult) -> float:
+    """How many times faster ``new`` is than ``old`` on one workload (both timed)."""
+    if new.speedup and old.speedup:
+        return new.speedup / old.speedup
+    return (old.latency_ms or 0.0) / (new.latency_ms or 1.0)
 
 
 #: Margin by which a candidate must beat every incumbent on one screened workload to be a
