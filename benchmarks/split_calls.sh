@@ -7,8 +7,10 @@
 #
 # ID is a key of agents_h200.py's SIX (007, 002, L1-017, L2-002, Q-001, L2-025);
 # COMPILE_SAMPLE its --compile-sample (0: all workloads); COMPILE_EST the seconds kept for the
-# torch.compile baseline after the search, its --compile-budget (the search's --deadline is
-# the time left minus this, minus 5);
+# torch.compile baseline after the search, its --compile-budget (agents_h200.py's --deadline,
+# past which the baseline is not started, is the SIGTERM's time, below, minus this, minus 5:
+# a baseline that starts ends before the SIGTERM; one that would not fit is skipped instead
+# of started and killed);
 # MIN_START the fewest seconds left to start it at all; EXTRA more agents_h200.py options,
 # '+' standing for spaces (e.g. --workloads+3,8+--cupti+off). Each problem writes
 # $OUT/ID/agents_bench.json and a report; the merged table is printed last. A problem still
@@ -27,12 +29,15 @@ for spec in "$@"; do
   IFS=: read -r id cs cest minstart extra <<< "$spec"
   left=$(( LIMIT - ($(date +%s) - T0) ))
   if [ "$left" -lt "$minstart" ]; then echo "== $id: skipped, $left s left < $minstart"; continue; fi
-  dl=$(( left - cest - 5 ))
-  echo "== $id: $left s left, deadline $dl"
+  term=$(( left - 45 ))
+  # the baseline ends before the SIGTERM: with "left - cest - 5" it could be started and
+  # killed 40 s short of its estimate (session 42: L2 025's, 105 s of device time lost)
+  dl=$(( term - cest - 5 ))
+  echo "== $id: $left s left, deadline $dl, SIGTERM at $term"
   t=$(date +%s)
   # SIGTERM 45 s before the call's end stops the search and keeps its row; SIGKILL 20 s
   # later if it has not exited; the report gets the last 20 s
-  timeout -k 20 $(( left - 45 )) python3 benchmarks/agents_h200.py --problems "$PROBLEMS" --only "$id" \
+  timeout -k 20 "$term" python3 benchmarks/agents_h200.py --problems "$PROBLEMS" --only "$id" \
     --budget 16 --time-limit 240 --compile-sample "$cs" --compile-budget "$cest" \
     --deadline "$dl" --out "$OUT/$id" --runs-dir "$RUNS" ${extra//+/ }
   echo "== $id: rc $? in $(( $(date +%s) - t )) s"

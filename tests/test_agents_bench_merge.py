@@ -490,3 +490,23 @@ def _stopped_in_the_baseline(tmp_path: Path) -> None:
     assert row["compile"]["error"] == "Stopped: SIGTERM during the baseline session", row
     assert row["summary"]["correct"].startswith("6/6") and row["summary"]["compile_n"] == 0
     assert not list(out.glob("*.tmp")), "a save left its temporary file"
+
+
+def test_the_split_runner_ends_the_baseline_before_its_sigterm(tmp_path: Path) -> None:
+    """The compile baseline gets its whole estimate before the SIGTERM: session 42 started
+    L2 025's 110 s baseline with 105 s to the SIGTERM and lost it. Here the problem folder
+    does not exist, so the problem fails at once; the arithmetic is in the line before."""
+    runner = SCRIPT.parent / "split_calls.sh"
+    env = {"PATH": "/usr/bin:/bin", "LIMIT": "300", "OUT": str(tmp_path / "out")}
+    env["PROBLEMS"] = str(tmp_path / "none")
+    out = subprocess.run(
+        ["bash", str(runner), "L2-025:0:100:10"], cwd=SCRIPT.parents[1], env=env,
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    m = re.search(r"^== L2-025: (\d+) s left, deadline (\d+), SIGTERM at (\d+)$", out.stdout, re.M)
+    assert m, out.stdout
+    left, deadline, term = map(int, m.groups())
+    assert 290 <= left <= 300 and term == left - 45
+    assert deadline + 100 + 5 == term  # baseline budget and a margin fit before the SIGTERM
+    assert re.search(r"^== L2-025: rc [1-9]\d* in \d+ s$", out.stdout, re.M), out.stdout
