@@ -11,10 +11,11 @@
 # past which the baseline is not started, is the SIGTERM's time, below, minus this, minus 5:
 # a baseline that starts ends before the SIGTERM; one that would not fit is skipped instead
 # of started and killed);
-# MIN_START the fewest seconds left to start it at all; EXTRA more agents_h200.py options,
-# '+' standing for spaces (e.g. --workloads+3,8+--cupti+off). Each problem writes
-# $OUT/ID/agents_bench.json and a report; the merged table is printed last. A problem still
-# running 45 s before the call's end gets SIGTERM: its search stops and its row is kept.
+# MIN_START the fewest seconds left to start it at all (46 at least); EXTRA more
+# agents_h200.py options, '+' standing for spaces (e.g. --workloads+3,8+--cupti+off). Each
+# problem writes $OUT/ID/agents_bench.json and a report; the merged table is printed last. A
+# problem still running 45 s before the call's end gets SIGTERM: its search stops and its
+# row is kept.
 set -u
 : "${LIMIT:?set LIMIT to the seconds this call may take}"
 : "${OUT:?set OUT to the folder the results go to (the device tool sets it)}"
@@ -28,6 +29,8 @@ command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,clocks.sm,clock
 for spec in "$@"; do
   IFS=: read -r id cs cest minstart extra <<< "$spec"
   left=$(( LIMIT - ($(date +%s) - T0) ))
+  # at least 46 s: the SIGTERM comes 45 s before the end ("timeout 0" would never send it)
+  [ "$minstart" -lt 46 ] && minstart=46
   if [ "$left" -lt "$minstart" ]; then echo "== $id: skipped, $left s left < $minstart"; continue; fi
   term=$(( left - 45 ))
   # the baseline ends before the SIGTERM: with "left - cest - 5" it could be started and

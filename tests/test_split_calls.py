@@ -31,6 +31,12 @@ def test_the_split_runner_skips_what_the_call_has_no_time_for_and_needs_its_fold
         env={"PATH": "/usr/bin:/bin", "LIMIT": "10"}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert no_out.returncode != 0 and "set OUT" in no_out.stderr
+    # MIN_START under the SIGTERM's 45 s is raised to 46: "timeout 0" would never stop it
+    low = subprocess.run(
+        ["bash", str(RUNNER), "002:1:5:0"], cwd=ROOT, env=env,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert re.search(r"^== 002: skipped, ([89]|10) s left < 46$", low.stdout, re.M), low.stdout
 
 
 def test_the_split_runner_ends_the_baseline_before_its_sigterm(tmp_path: Path) -> None:
