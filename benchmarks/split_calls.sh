@@ -20,6 +20,15 @@ set -u
 : "${LIMIT:?set LIMIT to the seconds this call may take}"
 : "${OUT:?set OUT to the folder the results go to (the device tool sets it)}"
 PROBLEMS=${PROBLEMS:-.devdata}
+# every spec checked before the first runs: a typo in the last must not surface minutes in
+for spec in "$@"; do
+  IFS=: read -r id cs cest minstart extra <<< "$spec"
+  if [ -z "$id" ] || ! [[ "$cs" =~ ^[0-9]+$ && "$cest" =~ ^[0-9]+$ && "$minstart" =~ ^[0-9]+$ ]]; then
+    echo "split_calls.sh: '$spec' is not ID:COMPILE_SAMPLE:COMPILE_EST:MIN_START[:EXTRA]" \
+      "with whole seconds (e.g. L2-002:0:120:330)" >&2
+    exit 2
+  fi
+done
 T0=$(date +%s)
 # run directories of this call's own: a warm machine keeps /tmp between calls, and a
 # problem run again there was refused ("run-Q-001 exists", session 33)

@@ -39,6 +39,18 @@ def test_the_split_runner_skips_what_the_call_has_no_time_for_and_needs_its_fold
     assert re.search(r"^== 002: skipped, ([89]|10) s left < 46$", low.stdout, re.M), low.stdout
 
 
+def test_a_malformed_spec_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "LIMIT": "10", "OUT": str(tmp_path)}
+    for bad in ("L2-002:0:120", "L2-002:0:2m:330", ":0:10:130"):
+        out = subprocess.run(
+            ["bash", str(RUNNER), "002:0:10:200", bad], cwd=ROOT, env=env,
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 2, (bad, out.stdout, out.stderr)
+        assert f"'{bad}' is not ID:COMPILE_SAMPLE:COMPILE_EST:MIN_START" in out.stderr
+        assert "== 002" not in out.stdout  # the good spec before it did not start
+
+
 def test_the_split_runner_ends_the_baseline_before_its_sigterm(tmp_path: Path) -> None:
     """The compile baseline gets its whole estimate before the SIGTERM: session 42 started
     L2 025's 110 s baseline with 105 s to the SIGTERM and lost it. Here the problem folder
