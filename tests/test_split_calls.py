@@ -2,7 +2,9 @@
 problems it skips for want of time, its required settings, and the time it gives each part
 (the search, the torch.compile baseline, the SIGTERM before the call's end). CPU only: the
 problems here fail at once (no folder, or no time), so only the script's own logic runs;
-the benchmark itself is ``test_agents_bench_merge.py``'s and the device's."""
+the benchmark itself is ``test_agents_bench_merge.py``'s and the device's. Also
+``benchmarks/issue4_calls.sh``, the steps of the six problems over device calls, in its
+``PLAN_ONLY`` mode (the commands it would run) and its refusals."""
 
 from __future__ import annotations
 
@@ -68,3 +70,59 @@ def test_the_split_runner_ends_the_baseline_before_its_sigterm(tmp_path: Path) -
     assert 290 <= left <= 300 and term == left - 45
     assert deadline + 100 + 5 == term  # baseline budget and a margin fit before the SIGTERM
     assert re.search(r"^== L2-025: rc [1-9]\d* in \d+ s$", out.stdout, re.M), out.stdout
+
+
+PLAN = ROOT / "benchmarks" / "issue4_calls.sh"
+
+
+def _plan(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path), "PLAN_ONLY": "1"}
+    return subprocess.run(
+        ["bash", str(PLAN), *args], cwd=ROOT, env={**base, **env},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_the_issue4_steps_hand_split_calls_their_problems_and_the_time_left(
+    tmp_path: Path,
+) -> None:
+    """Each step's problems and limits (``PLAN_ONLY`` prints the command): the limit counts
+    from T0, the start of the device command, so the setup before it is taken off."""
+    wanted = {
+        "1": (588, ["L2-025:0:110:300:--workloads+3,8+--cupti+off"]),
+        "2": (430, ["L2-002:0:120:330"]),
+        "3": (590, ["L1-017:0:100:240", "Q-001:0:15:200"]),
+        "4": (450, ["002:0:10:130", "007:0:10:170"]),
+    }
+    for step, (limit, specs) in wanted.items():
+        out = _plan(tmp_path, step)
+        assert out.returncode == 0, out.stderr
+        m = re.search(r"^\+ env OUT=(\S+) LIMIT=(\d+) bash benchmarks/split_calls.sh (.*)$",
+                      out.stdout, re.M)  # fmt: skip
+        assert m, out.stdout
+        assert m.group(1) == f"{tmp_path}/b" and m.group(3).split() == specs
+        assert limit - 5 <= int(m.group(2)) <= limit
+    started = subprocess.run(["date", "+%s"], capture_output=True, text=True).stdout.strip()
+    late = _plan(tmp_path, "2", T0=str(int(started) - 100), LIMIT="400")
+    m = re.search(r"LIMIT=(\d+)", late.stdout)
+    assert m and 295 <= int(m.group(1)) <= 300, late.stdout
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_the_issue4_finish_step_is_refused_off_an_h200_and_a_bad_step_by_name(
+    tmp_path: Path,
+) -> None:
+    """``finish-h200`` completes rows measured on an H200 on one src tree: elsewhere (here:
+    no nvidia-smi) it would mix cards or trees, so it stops before running anything."""
+    out = _plan(tmp_path, "finish-h200")
+    assert out.returncode == 3 and "needs an H200 and src b183ead896db" in out.stderr
+    assert "card 'none'" in out.stderr and "run steps 1 to 4 instead" in out.stderr
+    assert "+ " not in out.stdout
+    for bad in ("", "5", "finish"):
+        out = _plan(tmp_path, *([bad] if bad else []))
+        assert out.returncode == 2 and f"not '{bad}'" in out.stderr
+    no_out = subprocess.run(
+        ["bash", str(PLAN), "1"], cwd=ROOT, env={"PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert no_out.returncode != 0 and "set OUT" in no_out.stderr
