@@ -21,8 +21,6 @@ T0=${T0:-$(date +%s)}
 : "${OUT:?set OUT to the folder the results go to (the device tool sets it)}"
 H200_ROWS=benchmarks/results/2026-12-07-h200-959a56a
 H200_SRC=b183ead896db
-src=$(find src -name '*.py' | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-12)
-card=$(command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 run() { if [ "${PLAN_ONLY:-0}" = 1 ]; then echo "+ $*"; else "$@"; fi; }
 split() {  # the rest of LIMIT after the setup and anything run before
   local left=$(( LIMIT - ($(date +%s) - T0) ))
@@ -36,6 +34,9 @@ case "$step" in
   4) LIMIT=${LIMIT:-450}; split "002:0:10:130" "007:0:10:170" ;;
   finish-h200)
     LIMIT=${LIMIT:-588}
+    # the hash split_calls.sh prints, and the card: only this step depends on them
+    src=$(find src -name '*.py' | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-12)
+    card=$(command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
     if [[ "$card" != *H200* || "$src" != "$H200_SRC" ]]; then
       echo "issue4_calls.sh finish-h200: needs an H200 and src $H200_SRC (here: card" \
         "'${card:-none}', src $src); run steps 1 to 4 instead" >&2
@@ -43,7 +44,8 @@ case "$step" in
     fi
     run timeout 150 python3 benchmarks/compile_baseline.py \
       .devdata/L2/025_moe_expert_parallel_execution_backward --bench "$H200_ROWS/L2-025.json" \
-      --key L2-025 --out "$OUT/L2-025.json" --workloads 3,8 --cupti off --budget 120
+      --key L2-025 --out "$OUT/L2-025.json" --workloads 3,8 --cupti off --budget 120 \
+      || echo "== L2-025 baseline: rc $? (the merge below then stops at its missing file)"
     split "002:0:10:130" "007:0:10:170"
     run rm -f "$OUT"/b/002/trajectory.png "$OUT"/b/007/trajectory.png  # 7 files come back
     run python3 benchmarks/agents_h200.py --merge "$OUT/L2-025.json" "$OUT"/b/00[27]/agents_bench.json \
