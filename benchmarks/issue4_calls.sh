@@ -9,9 +9,13 @@
 #      2: L2 002
 #      3: L1 017, then Q 001
 #      4: FIB 002, then FIB 007
-#      finish-h200: on an H200 and src SHA-1 b183ead896db only, session 42's four H200 rows
-#         completed in one call: L2 025's torch.compile baseline, FIB 002, FIB 007, and the
-#         merged table of the six (refused elsewhere: those rows would mix cards or trees).
+#      finish-h200: on an H200 and src SHA-1 b183ead896db only (refused elsewhere, exit 3:
+#         the rows would mix cards or trees), the first of two calls completing session 42's
+#         four H200 rows: L2 025's torch.compile baseline and FIB 002;
+#      finish-h200-007: the second, on the same terms: FIB 007 with time for its full 240 s
+#         and its confirmation (session 44: 233 s left after FIB 002 in one call cut it
+#         short), then the merged table of the six. PREV is a folder of the tree holding the
+#         first call's L2-025.json and b/002/agents_bench.json.
 # LIMIT: the seconds the call may take from T0 (the start of the command: the setup counts;
 # default per step below); OUT: the device tool's folder (results go to $OUT/b, at most 8
 # files). PLAN_ONLY=1 prints the commands instead of running them (the CPU test's mode).
@@ -30,26 +34,36 @@ case "$step" in
   1) LIMIT=${LIMIT:-588}; split "L2-025:0:110:300:--workloads+3,8+--cupti+off" ;;
   2) LIMIT=${LIMIT:-430}; split "L2-002:0:120:330" ;;
   3) LIMIT=${LIMIT:-590}; split "L1-017:0:100:240" "Q-001:0:15:200" ;;
-  # FIB 007 needs about 190 s after FIB 002's 160-170 s (session 43's 405 s cut it short)
-  4) LIMIT=${LIMIT:-450}; split "002:0:10:130" "007:0:10:170" ;;
-  finish-h200)
-    LIMIT=${LIMIT:-588}
-    # the hash split_calls.sh prints, and the card: only this step depends on them
+  # FIB 002 took 160-215 s and FIB 007 needs about 260 s for its 240 s and confirmation
+  # (405 s in session 43 and 450 s in session 44 cut it short)
+  4) LIMIT=${LIMIT:-595}; split "002:0:10:130" "007:0:10:170" ;;
+  finish-h200 | finish-h200-007)
+    # the hash split_calls.sh prints, and the card: only these steps depend on them
     src=$(find src -name '*.py' | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-12)
     card=$(command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
     if [[ "$card" != *H200* || "$src" != "$H200_SRC" ]]; then
-      echo "issue4_calls.sh finish-h200: needs an H200 and src $H200_SRC (here: card" \
+      echo "issue4_calls.sh $step: needs an H200 and src $H200_SRC (here: card" \
         "'${card:-none}', src $src); run steps 1 to 4 instead" >&2
       exit 3
     fi
-    run timeout 150 python3 benchmarks/compile_baseline.py \
-      .devdata/L2/025_moe_expert_parallel_execution_backward --bench "$H200_ROWS/L2-025.json" \
-      --key L2-025 --out "$OUT/L2-025.json" --workloads 3,8 --cupti off --budget 120 \
-      || echo "== L2-025 baseline: rc $? (the merge below then stops at its missing file)"
-    split "002:0:10:130" "007:0:10:170"
-    run rm -f "$OUT"/b/002/trajectory.png "$OUT"/b/007/trajectory.png  # 7 files come back
-    run python3 benchmarks/agents_h200.py --merge "$OUT/L2-025.json" "$OUT"/b/00[27]/agents_bench.json \
-      "$H200_ROWS/L1-017.json" "$H200_ROWS/L2-002.json" "$H200_ROWS/Q-001.json"
+    if [ "$step" = finish-h200 ]; then
+      LIMIT=${LIMIT:-430}
+      run timeout 150 python3 benchmarks/compile_baseline.py \
+        .devdata/L2/025_moe_expert_parallel_execution_backward --bench "$H200_ROWS/L2-025.json" \
+        --key L2-025 --out "$OUT/L2-025.json" --workloads 3,8 --cupti off --budget 120 \
+        || echo "== L2-025 baseline: rc $? (finish-h200-007's merge then stops at its missing file)"
+      split "002:0:10:130"
+      exit 0
+    fi
+    : "${PREV:?set PREV to the folder holding the L2-025.json and b/002/ of finish-h200}"
+    for f in "$PREV/L2-025.json" "$PREV/b/002/agents_bench.json"; do
+      [ -f "$f" ] || { echo "issue4_calls.sh $step: $f is missing (finish-h200's output)" >&2; exit 2; }
+    done
+    LIMIT=${LIMIT:-590}
+    split "007:0:10:170"
+    run python3 benchmarks/agents_h200.py --merge "$PREV/L2-025.json" "$PREV/b/002/agents_bench.json" \
+      "$OUT/b/007/agents_bench.json" "$H200_ROWS/L1-017.json" "$H200_ROWS/L2-002.json" \
+      "$H200_ROWS/Q-001.json"
     ;;
-  *) echo "issue4_calls.sh: STEP is 1, 2, 3, 4 or finish-h200, not '$step'" >&2; exit 2 ;;
+  *) echo "issue4_calls.sh: STEP is 1, 2, 3, 4, finish-h200 or finish-h200-007, not '$step'" >&2; exit 2 ;;
 esac
