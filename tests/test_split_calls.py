@@ -161,8 +161,8 @@ def test_the_issue4_finish_steps_on_an_h200_plan_two_calls_and_need_the_first_ou
     prev = tmp_path / "prev"
     no_prev = _plan(out_dir, "finish-h200-007", PATH=path)
     assert no_prev.returncode != 0 and "set PREV" in no_prev.stderr
-    missing = _plan(out_dir, "finish-h200-007", PATH=path, PREV=str(prev))
-    assert missing.returncode == 2 and "L2-025.json is missing" in missing.stderr
+    missing = _plan(out_dir, "finish-h200-007", PATH=path, PREV=str(prev), PLAN_ONLY="0")
+    assert missing.returncode == 2 and "L2-025.json is missing" in missing.stderr  # ran nothing
     (prev / "b" / "002").mkdir(parents=True)
     (prev / "L2-025.json").write_text("{}")
     (prev / "b" / "002" / "agents_bench.json").write_text("{}")
@@ -174,3 +174,11 @@ def test_the_issue4_finish_steps_on_an_h200_plan_two_calls_and_need_the_first_ou
     assert "--merge" in merge and f"{prev}/L2-025.json" in merge and "/b/007/" in merge
     assert merge.count("2026-12-07-h200-959a56a/") == 3
     assert not any(out_dir.iterdir())  # nothing ran
+    both = _plan(out_dir, "finish-h200-all", PATH=path)
+    assert both.returncode == 0, both.stderr
+    lines = both.stdout.splitlines()
+    at = [next(i for i, line in enumerate(lines) if what in line)
+          for what in ("compile_baseline.py", "002:0:10:130", "b/002/trajectory.png",
+                       "007:0:10:170", "--merge", "b/007/trajectory.png")]  # fmt: skip
+    assert at == sorted(at) and f"{out_dir}/L2-025.json" in lines[at[4]], both.stdout
+    assert not any(out_dir.iterdir())
