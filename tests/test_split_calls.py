@@ -162,10 +162,13 @@ def test_the_issue4_finish_steps_on_an_h200_plan_two_calls_and_need_the_first_ou
     no_prev = _plan(out_dir, "finish-h200-007", PATH=path)
     assert no_prev.returncode != 0 and "set PREV" in no_prev.stderr
     missing = _plan(out_dir, "finish-h200-007", PATH=path, PREV=str(prev), PLAN_ONLY="0")
-    assert missing.returncode == 2 and "L2-025.json is missing" in missing.stderr  # ran nothing
+    assert missing.returncode == 2 and "b/002/agents_bench.json is missing" in missing.stderr
     (prev / "b" / "002").mkdir(parents=True)
-    (prev / "L2-025.json").write_text("{}")
     (prev / "b" / "002" / "agents_bench.json").write_text("{}")
+    no_baseline = _plan(out_dir, "finish-h200-007", PATH=path, PREV=str(prev))
+    assert no_baseline.returncode == 0, no_baseline.stderr
+    assert "L2-025.json is missing: FIB 007 runs" in no_baseline.stdout
+    (prev / "L2-025.json").write_text("{}")
     second = _plan(out_dir, "finish-h200-007", PATH=path, PREV=str(prev))
     assert second.returncode == 0, second.stderr
     m = re.search(r"LIMIT=(\d+) bash benchmarks/split_calls.sh 007:0:10:170$", second.stdout, re.M)
