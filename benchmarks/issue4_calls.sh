@@ -15,7 +15,8 @@
 #      finish-h200-007: the second, on the same terms: FIB 007 with time for its full 240 s
 #         and its confirmation (session 44: 233 s left after FIB 002 in one call cut it
 #         short), then the merged table of the six. PREV is a folder of the tree holding the
-#         first call's L2-025.json and b/002/agents_bench.json;
+#         first call's b/002/agents_bench.json (required) and L2-025.json (without it FIB 007
+#         still runs and the merge stops at the missing file);
 #      finish-h200-all: both in one call of up to 590 s (FIB 007 gets what FIB 002 and the
 #         baseline leave: about 290 s where they take 300 s), PREV being this call's OUT.
 # LIMIT: the seconds the call may take from T0 (the start of the command: the setup counts;
