@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kernelarc.agents.types import WorkloadResult
 from kernelarc.orchestration.judge import score_of, significant
 
@@ -40,3 +42,11 @@ def test_a_failing_or_unmatched_candidate_is_not_better() -> None:
     assert not significant([_r("a", 0.1, 1.0, status="INCORRECT_NUMERICAL")], old, 0.02)
     assert not significant([_r("b", 0.1, 1.0)], old, 0.02)  # no workload in common
     assert significant([_r("a", 0.1, 1.0)], None, 0.02)  # no incumbent yet
+
+
+def test_a_gain_needs_both_sides_timed() -> None:
+    from kernelarc.orchestration.judge import _gain
+
+    with pytest.raises(ValueError, match="both sides timed"):
+        _gain(_r("a", None, None), _r("a", 1.0, None))
+    assert _gain(_r("a", 0.5, None), _r("a", 1.0, None)) == 2.0

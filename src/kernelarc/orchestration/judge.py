@@ -159,7 +159,9 @@ def _gain(new: WorkloadResult, old: WorkloadResult) -> float:
     """How many times faster ``new`` is than ``old`` on one workload (both timed)."""
     if new.speedup and old.speedup:
         return new.speedup / old.speedup
-    return (old.latency_ms or 0.0) / (new.latency_ms or 1.0)
+    if not (new.latency_ms and old.latency_ms):
+        raise ValueError(f"workload {new.uuid}: a gain needs both sides timed")
+    return old.latency_ms / new.latency_ms
 
 
 #: Margin by which a candidate must beat every incumbent on one screened workload to be a
