@@ -19,6 +19,9 @@
 #         still runs and the merge stops at the missing file);
 #      finish-h200-all: both in one call of up to 590 s (FIB 007 gets what FIB 002 and the
 #         baseline leave: about 290 s where they take 300 s), PREV being this call's OUT.
+#      The finish-h200 steps ran in session 45 (PERFORMANCE.md), from a copy of d2026c5's
+#         tree (git archive d2026c5 into .frozen/, carried): src has changed since, so from
+#         the repository root they now refuse (exit 3); steps 1 to 4 run on any src.
 # LIMIT: the seconds the call may take from T0 (the start of the command: the setup counts;
 # default per step below); OUT: the device tool's folder (results go to $OUT/b, at most 8
 # files). PLAN_ONLY=1 prints the commands instead of running them (the CPU test's mode).
