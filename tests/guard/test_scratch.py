@@ -83,7 +83,7 @@ def test_a_guard_sweeps_stale_folders_and_owns_its_own() -> None:
     from kernelarc.guard.evaluator import Guard, GuardConfig
     from kernelarc.problem.loader import load_problem
 
-    example = Path(__file__).resolve().parents[1] / "src/kernelarc/examples/rmsnorm_h512"
+    example = Path(__file__).resolve().parents[2] / "src/kernelarc/examples/rmsnorm_h512"
     line = owner_line()
     assert line is not None
     _, start, ns = line.split()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from _shared import started_ahead
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "self_ratio_probe.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "self_ratio_probe.py"
 
 
 FLAGS = {"eager": [], "compiled": ["--compiled"]}

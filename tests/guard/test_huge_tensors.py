@@ -29,7 +29,7 @@ from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.problem.loader import load_problem
 from kernelarc.problem.schema import Solution
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
 
 

@@ -413,7 +413,7 @@ def test_sol_command_usage_errors(tmp_path: Path) -> None:
 
 def shared_problem(subset: str, name: str) -> Path:
     root = (
-        env.shared_problems() or Path(__file__).resolve().parents[1] / ".." / "shared" / "problems"
+        env.shared_problems() or Path(__file__).resolve().parents[2] / ".." / "shared" / "problems"
     )
     path = root / subset / name
     if not (path / "metadata.json").is_file():

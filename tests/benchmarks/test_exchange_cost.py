@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "exchange_cost.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "exchange_cost.py"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

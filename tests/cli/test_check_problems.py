@@ -28,7 +28,7 @@ from _shared import started_ahead
 from kernelarc.guard.survey import classify, select_workloads
 from kernelarc.problem.schema import Definition, Workload
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
+EXAMPLE = Path(__file__).resolve().parents[2] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
 VAR = {"type": "var"}
 DECODE_REF = """import torch
 

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from _shared import started_ahead
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "agents_h200.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "agents_h200.py"
 
 
 def _summary(problem: str, vs_compile: float, bound: float) -> dict[str, object]:

@@ -17,7 +17,7 @@ from data.orchestrator.harness import kernelarc
 
 from kernelarc.problem.loader import load_problem
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
+EXAMPLE = Path(__file__).resolve().parents[2] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
 FAST = ["--device", "cpu", "--full-iterations", "5", "--full-warmup", "1", "--no-confirm"]
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from _shared import started_ahead
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
+EXAMPLE = Path(__file__).resolve().parents[2] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
 FAST = ["--device", "cpu", "--full-iterations", "5", "--full-warmup", "1"]
 
 

@@ -36,9 +36,9 @@ from kernelarc.env import parent_environment
 from kernelarc.problem.loader import load_problem
 from kernelarc.problem.schema import Solution, Trace
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 FAST = ("--device", "cpu", "--workloads", "0,1", "--warmup", "1", "--iterations", "3")
 UUIDS = [w.uuid for w in load_problem(EXAMPLE).workloads[:2]]
 MARKER_VAR = "KA_TEST_MARKER"

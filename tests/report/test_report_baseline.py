@@ -30,7 +30,7 @@ from kernelarc.report.trajectory import RunReport
 from kernelarc.store.base import CandidateRecord, EvaluationRecord
 from kernelarc.store.sqlite import SQLiteStore
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
+EXAMPLE = Path(__file__).resolve().parents[2] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
 
 
 def _add(store: SQLiteStore, cid: str, variant: str, stages: dict[str, list[float | None]]) -> None:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _module() -> Any:

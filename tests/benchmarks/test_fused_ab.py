@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "fused_ab.sh"
 EXAMPLE = ROOT / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
 

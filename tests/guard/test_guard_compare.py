@@ -11,7 +11,7 @@ from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.problem.loader import load_problem
 from kernelarc.problem.schema import Solution
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
+EXAMPLE = Path(__file__).resolve().parents[2] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
 
 FAST = """
 import torch

@@ -24,7 +24,7 @@ from kernelarc.problem.schema import Tolerance
 
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOLS = [
     Tolerance(max_atol=1e-2, max_rtol=1e-2, required_matched_ratio=0.9),
     Tolerance(max_atol=0.0, max_rtol=0.1, required_matched_ratio=0.9),

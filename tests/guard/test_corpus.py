@@ -39,7 +39,7 @@ from kernelarc.examples import example_dir, example_solutions
 from kernelarc.problem.axes import resolve_axes
 from kernelarc.problem.schema import BuildSpec, EvaluationStatus, Solution, SourceFile
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 CHECKS = (
     "timer-patch", "guard-integrity", "threads", "output-type", "output-aliases-input",
     "input-mutation", "recheck", "stream-escape", "file-access", "subprocess", "network",

@@ -196,7 +196,7 @@ def test_triton_solution_interpreted_on_cpu() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run(
             [sys.executable, "-c", script, tmp],
-            cwd=Path(__file__).resolve().parents[1],
+            cwd=Path(__file__).resolve().parents[2],
             env={**os.environ, "TRITON_INTERPRET": "1"},
             capture_output=True,
             text=True,
