@@ -188,7 +188,7 @@ def test_triton_solution_interpreted_on_cpu() -> None:
     """Triton reads TRITON_INTERPRET when it is imported, so this runs in a fresh process."""
     pytest.importorskip("triton")
     script = (
-        "import sys, tests.test_examples as t\n"
+        "import sys, tests.cli.test_examples as t\n"
         "t._check_solution_against_reference("
         "'rmsnorm_h512', 'solution_triton.json', __import__('pathlib').Path(sys.argv[1]))\n"
         "print('triton-ok')\n"
