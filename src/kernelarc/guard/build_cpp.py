@@ -44,7 +44,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from kernelarc.env import is_secret, parent_environment
-from kernelarc.guard.build import (
+from kernelarc.guard.build_base import (
     BuildArtifact,
     Builder,
     BuildError,

@@ -222,7 +222,7 @@ def _child_env() -> dict[str, str]:
 def run_tuning(job: TuningJob, work_dir: Path, timeout_s: float) -> TuningRun:
     """Run the tuning subprocess on ``job`` (its paths should lie in ``work_dir``), killing
     its whole process tree after ``timeout_s``."""
-    from kernelarc.guard.build import kill_process_tree
+    from kernelarc.guard.build_base import kill_process_tree
 
     work_dir.mkdir(parents=True, exist_ok=True)
     job_path = work_dir / "job.json"
