@@ -1,4 +1,4 @@
-"""The table of ``agents_h200.py``: a problem's summary from its results, the printed table
+"""The table of ``optimizer_bench.py``: a problem's summary from its results, the printed table
 and its geomeans, and the merge of results of split device calls (``--merge``).
 
 Columns: workloads correct; geomeans over the PASSED workloads of the speedup vs the eager
@@ -14,13 +14,14 @@ the table says which, or warns that the geomeans mix cards when the rows do.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from code_identity import report_versions
 from search_baseline import from_scores, vs_search_baseline
+
+from kernelarc.maths import geomean
 
 BIG_BOUND_MS = 0.020
 
@@ -33,11 +34,6 @@ def device_name(device: str) -> str:
     import torch
 
     return str(torch.cuda.get_device_name(torch.device(device)))
-
-
-def geomean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
 def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
@@ -59,7 +55,7 @@ def summarize(name: str, r: dict[str, Any]) -> dict[str, Any]:
     scored = None if "search_compile" in best else from_scores(best)  # an older row
     if scored:
         vs_search, search_n = scored
-    # the issue's figure, over every workload of the run: the search's own where it judged
+    # the published figure, over every workload of the run: the search's own where it judged
     # the baseline in full on all of them, else the baseline session's where it did
     every = bool(per) and len(ok) == len(per)
     all_from = (

@@ -1,4 +1,4 @@
-"""Which code made a row of ``benchmarks/agents_h200.py`` (its commit, the git trees of what
+"""Which code made a row of ``benchmarks/optimizer_bench.py`` (its commit, the git trees of what
 decides its figures, and a hash of those files' content), and whether merged rows are one
 code. Used by that script; kept apart so that it stays one screen of benchmark logic."""
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: What decides a row's figures: the package and the benchmark script. Rows whose trees are equal
 #: were made by the same code, even from different commits (a commit of docs between calls).
-CODE_PATHS = ("src", "benchmarks/agents_h200.py")
+CODE_PATHS = ("src", "benchmarks/optimizer_bench.py")
 
 
 def _git(*args: str) -> subprocess.CompletedProcess[str]:
@@ -65,9 +65,9 @@ def code_content() -> str:
     """What ``CODE_PATHS`` hold in this working tree, read from the files themselves:
     ``src:<sha1> script:<sha1>``, the first the SHA-1 (12 hex digits) of every ``*.py`` under
     ``src`` concatenated in the byte order of their paths (what ``find src -name '*.py' |
-    LC_ALL=C sort | xargs cat | sha1sum`` prints), the second of the benchmark script. No git: the
-    device's copy of the tree carried the ``.git`` of an older commit (session 24), so every
-    row it made read ``+dirty`` and no two rows could be told to be one code."""
+    LC_ALL=C sort | xargs cat | sha1sum`` prints), the second of the benchmark script. No git:
+    a copy of the tree may carry the ``.git`` of an older commit, which would make every row
+    read ``+dirty`` so that no two rows could be told to be one code."""
     import hashlib
 
     src = hashlib.sha1()

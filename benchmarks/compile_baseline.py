@@ -4,7 +4,7 @@
         agents_bench.json --key ID) [--out NEW.json] [--sample 0] [--budget S]
         [--workloads 3,8] [--cupti auto] [--device cuda]
 
-The same protocol as the last step of ``agents_h200.py`` (``--sample`` workloads in its
+The same protocol as the last step of ``optimizer_bench.py`` (``--sample`` workloads in its
 spread order over the input sizes, 0 = all; ``--budget`` seconds at most), for a solution
 judged earlier: a search whose call had no time left for the baseline, or one whose
 baseline covered a sample only. Prints one row per workload and the geometric means.
@@ -13,7 +13,7 @@ With ``--bench`` the solution is the one that row ``--key`` of that ``agents_ben
 handed over (kept in the row) unless SOLUTION.json is given, and with ``--out`` the result
 replaces the row's ``compile`` part in a copy written there (never over an existing file), with its
 summary worked out again and ``compile_measured`` saying which code timed it when:
-``agents_h200.py --merge`` then prints the table with this baseline. The row's search and
+``optimizer_bench.py --merge`` then prints the table with this baseline. The row's search and
 the baseline are then two runs; each ratio is still measured in one guard session.
 
 ``--extend`` times only the run's workloads the row's baseline does not yet cover (passed)
@@ -34,11 +34,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from agents_h200 import compile_baseline
-from bench_table import device_name, geomean, summarize
+from bench_table import device_name, summarize
 from code_identity import code_content
+from optimizer_bench import compile_baseline
+
+from kernelarc.maths import geomean
 
 
 def _check_row(bench: dict[str, Any], key: str) -> None:

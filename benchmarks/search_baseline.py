@@ -1,4 +1,4 @@
-"""torch.compile's baseline as the search itself judged it, for ``agents_h200.py``.
+"""torch.compile's baseline as the search itself judged it, for ``optimizer_bench.py``.
 
 The run's report finds it (``kernelarc.report.baseline``: the compiler agent's first
 proposal, the reference compiled as torch.compile's baseline; the chosen candidate's own

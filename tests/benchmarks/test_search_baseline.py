@@ -4,7 +4,7 @@ Covered: for rows written before the latencies were kept, the ratio of the two f
 scores from a row's trajectory (the chosen candidate's, not its confirmation's), and none
 where either did not pass in full or the baseline is missing; a kept record's ratios. The
 record itself: ``test_report_baseline.py``; the benchmark's end-to-end run:
-``test_agents_bench_merge.py``.
+``test_optimizer_bench.py``.
 """
 
 from __future__ import annotations

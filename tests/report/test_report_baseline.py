@@ -7,7 +7,7 @@ candidate's give their latencies by workload (failed workloads left out) and the
 the workloads both passed; a baseline stopped at its screening gives the stage and no
 latency; a run without it gives None. The report's line for each case (rendered from a
 ``RunReport``). The real compiler agent's baseline in a real run: the benchmark's end-to-end
-test (``test_agents_bench_merge.py``).
+test (``test_optimizer_bench.py``).
 """
 
 from __future__ import annotations
