@@ -17,3 +17,11 @@ class ProblemLoadError(KernelArcError):
         where = file + (f":{line}" if line is not None else "")
         what = f" (field {field})" if field else ""
         super().__init__(f"{where}{what}: {message}")
+
+
+class InputGenerationError(KernelArcError):
+    """Inputs of a workload cannot be produced; the message names problem, workload, input."""
+
+
+class MissingBlobError(InputGenerationError):
+    """A workload reads a safetensors file that is not on disk."""

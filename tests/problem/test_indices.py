@@ -19,10 +19,11 @@ import pytest
 import torch
 from _shared import shared_problems_root
 
+from kernelarc.errors import MissingBlobError
 from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.problem.axes import resolve_axes
 from kernelarc.problem.indices import GENERATED_NOTE, plan_missing_blobs
-from kernelarc.problem.inputs import MissingBlobError, estimate_input_bytes, generate_inputs
+from kernelarc.problem.inputs import estimate_input_bytes, generate_inputs
 from kernelarc.problem.loader import load_problem
 from kernelarc.problem.schema import Definition, SafetensorsInput, Workload
 from kernelarc.proposers.builtin import make_solution

@@ -14,12 +14,11 @@ import pytest
 import torch
 from _shared import shared_problems_root
 
+from kernelarc.errors import InputGenerationError, MissingBlobError
 from kernelarc.problem import lowbit
 from kernelarc.problem.axes import resolve_axes, resolve_shape
 from kernelarc.problem.inputs import (
     GeneratedInputs,
-    InputGenerationError,
-    MissingBlobError,
     estimate_input_bytes,
     generate_inputs,
     load_reference_module,

@@ -39,14 +39,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kernelarc.errors import MissingBlobError
 from kernelarc.problem.axes import resolve_shape
-from kernelarc.problem.inputs import MissingBlobError
+from kernelarc.problem.lowbit import torch_dtype_of
+from kernelarc.problem.random_values import RandomContext, random_value
 from kernelarc.problem.schema import ConstAxis, Definition, TensorSpec
 
 if TYPE_CHECKING:
     import torch
-
-    from kernelarc.problem.random_values import RandomContext
 
 GENERATED_NOTE = "generated inputs"
 """Every note of a workload with generated stand-ins starts its first note with this."""
@@ -146,16 +146,11 @@ class MissingBlobPlan:
             self._noted = True
             ctx.notes.append(self.notes[0])
         if item.kind == "random":
-            from kernelarc.problem.random_values import random_value
-
             ctx.notes.append(f"{name}: random values in place of the missing blob")
             return random_value(name, spec, shape, ctx)
         if self._values is None:
             self._values = self._generate()
             ctx.notes.extend(self.notes[1:])
-
-        from kernelarc.problem.lowbit import torch_dtype_of
-
         return self._values[name].to(dtype=torch_dtype_of(item.dtype), device=ctx.dev)
 
     # ------------------------------------------------------------------ generation

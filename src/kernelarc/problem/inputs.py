@@ -32,9 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelarc.errors import KernelArcError
-from kernelarc.problem.axes import AxisError, resolve_axes, resolve_shape
-from kernelarc.problem.lowbit import DTYPE_BYTES, FP4_DTYPES
+from kernelarc.errors import InputGenerationError, MissingBlobError
+from kernelarc.problem.axes import resolve_axes, resolve_shape
+from kernelarc.problem.expressions import AxisError
+from kernelarc.problem.indices import plan_missing_blobs
+from kernelarc.problem.lowbit import DTYPE_BYTES, FP4_DTYPES, LowBitError, torch_dtype_of
 from kernelarc.problem.random_values import RandomContext, random_value
 from kernelarc.problem.schema import (
     CustomInput,
@@ -50,19 +52,9 @@ if TYPE_CHECKING:
     import torch
 
 
-class InputGenerationError(KernelArcError):
-    """Inputs of a workload cannot be produced; the message names problem, workload, input."""
-
-
-class MissingBlobError(InputGenerationError):
-    """A workload reads a safetensors file that is not on disk."""
-
-
 def torch_dtype(dt: DType) -> torch.dtype:
     """The torch dtype of a definition dtype. ``float4_e2m1`` -> ``uint8`` (one code per
     byte); ``float4_e2m1fn_x2`` -> ``torch.float4_e2m1fn_x2`` (error if torch lacks it)."""
-    from kernelarc.problem.lowbit import LowBitError, torch_dtype_of
-
     try:
         return torch_dtype_of(dt)
     except LowBitError as e:
@@ -152,8 +144,6 @@ def generate_inputs(
                 missing[name] = str(e)
     plan = None
     if missing:  # generated stand-ins (problem/indices.py), or MissingBlobError saying why not
-        from kernelarc.problem.indices import plan_missing_blobs
-
         on_disk = frozenset(workload.inputs) - frozenset(missing)
         plan = plan_missing_blobs(definition, env, missing, on_disk=on_disk, seed=seed, where=where)
     ctx = RandomContext(env, dev, notes, frozenset(definition.inputs))

@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from kernelarc.errors import ProblemLoadError
-from kernelarc.problem.axes import AxisError, resolve_axes, resolve_shape
+from kernelarc.problem.axes import resolve_axes, resolve_shape
+from kernelarc.problem.expressions import AxisError
 from kernelarc.problem.schema import Definition, Solution, SourceFile, Tolerance, Workload
 
 #: Folder names of the SOL-ExecBench subsets; a problem's parent folder with one of these

@@ -10,7 +10,7 @@ models do. Two compatibility rules are documented here because they change behav
 - Older solutions spell ``spec.language`` (one of python/triton/cpp/cuda); we accept it and
   write ``spec.languages``.
 
-Not covered here: loading from disk (``loader``), axis arithmetic (``axes``), input
+Not covered here: loading from disk (``loader``), axis arithmetic (``axes``, ``expressions``), input
 generation (``inputs``).
 """
 
@@ -24,6 +24,8 @@ from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from kernelarc.problem.expressions import expression_names
 
 
 class _Model(BaseModel):
@@ -104,8 +106,6 @@ class Definition(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> Definition:
-        from kernelarc.problem.axes import expression_names
-
         for kind, specs in (("inputs", self.inputs), ("outputs", self.outputs)):
             for name, spec in specs.items():
                 for dim in spec.shape or []:
