@@ -22,7 +22,7 @@ from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Pr
 from kernelarc.examples import example_dir
 from kernelarc.problem.loader import Problem, load_problem
 from kernelarc.problem.schema import Solution
-from kernelarc.proposers.builtin import ReferenceAgent
+from kernelarc.proposers.reference import ReferenceAgent
 from kernelarc.proposers.registry import available_agents
 from kernelarc.proposers.scripted import ScriptedAgent
 

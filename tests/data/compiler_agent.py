@@ -9,8 +9,8 @@ from _shared import agent_context, incumbent_view
 from kernelarc.agents.types import CandidateResult, IncumbentView, Proposal, WorkloadResult
 from kernelarc.orchestration.judge import score_of
 from kernelarc.problem.loader import Problem
-from kernelarc.proposers.builtin import ReferenceAgent
 from kernelarc.proposers.compiler import COMPILE_VARIANTS, CompilerAgent
+from kernelarc.proposers.reference import ReferenceAgent
 
 
 def wr(uuid: str, batch: int, latency: float | None, ref: float, status: str = "PASSED"):

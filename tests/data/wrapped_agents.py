@@ -19,8 +19,8 @@ from kernelarc.agents.types import (
 from kernelarc.guard.evaluator import EvalResult
 from kernelarc.orchestration.judge import results_of, score_of
 from kernelarc.problem.loader import Problem, load_solution
+from kernelarc.problem.reference import make_solution
 from kernelarc.problem.schema import Solution
-from kernelarc.proposers.builtin import make_solution
 
 
 def example_solution(problem: Problem, file: str) -> Solution:

@@ -27,8 +27,8 @@ from kernelarc.guard.evaluator import EvalResult, Guard, GuardConfig
 from kernelarc.guard.isolation import probe_isolation
 from kernelarc.guard.session import MIN_PASS_S
 from kernelarc.problem.loader import Problem, load_problem, load_solution
+from kernelarc.problem.reference import make_solution
 from kernelarc.problem.schema import Solution
-from kernelarc.proposers.builtin import make_solution
 from kernelarc.proposers.compiler import COMPILE_VARIANTS, compiled_source
 
 pytestmark = pytest.mark.skipif(

@@ -29,8 +29,8 @@ from _shared import started_ahead
 from kernelarc.examples import example_dir
 from kernelarc.guard.evaluator import EvalResult, Guard, GuardConfig
 from kernelarc.problem.loader import Problem, load_problem, load_solution
+from kernelarc.problem.reference import make_solution
 from kernelarc.problem.schema import Solution
-from kernelarc.proposers.builtin import make_solution
 from kernelarc.proposers.compiler import COMPILE_VARIANTS, compiled_source
 
 

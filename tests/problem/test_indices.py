@@ -25,8 +25,8 @@ from kernelarc.problem.axes import resolve_axes
 from kernelarc.problem.indices import GENERATED_NOTE, plan_missing_blobs
 from kernelarc.problem.inputs import estimate_input_bytes, generate_inputs
 from kernelarc.problem.loader import load_problem
+from kernelarc.problem.reference import make_solution
 from kernelarc.problem.schema import Definition, SafetensorsInput, Workload
-from kernelarc.proposers.builtin import make_solution
 
 BLOB = {"type": "safetensors", "path": "blobs/absent.safetensors"}
 

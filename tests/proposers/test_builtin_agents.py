@@ -42,11 +42,11 @@ from kernelarc.guard.build import choose_builder, load_entry
 from kernelarc.guard.evaluator import EvalResult, Guard, GuardConfig
 from kernelarc.problem.loader import Problem, load_problem
 from kernelarc.problem.schema import Solution
-from kernelarc.proposers.builtin import ReferenceAgent
 from kernelarc.proposers.compiler import (
     COMPILE_VARIANTS,
     CompilerAgent,
 )
+from kernelarc.proposers.reference import ReferenceAgent
 from kernelarc.proposers.registry import available_agents, describe, make_agents
 from kernelarc.proposers.scripted import ScriptedAgent
 

@@ -35,13 +35,14 @@ from kernelarc.agents.types import (
 )
 from kernelarc.examples import example_dir
 from kernelarc.problem.loader import Problem, load_problem
-from kernelarc.proposers.builtin import ReferenceAgent
 from kernelarc.proposers.compiler import (
     BASELINE,
     COMPILE_VARIANTS,
     CompilerAgent,
+    compiled_base_solution,
     compiled_source,
 )
+from kernelarc.proposers.reference import ReferenceAgent
 
 
 @pytest.fixture(scope="module")
@@ -304,8 +305,6 @@ def test_static_variant_compiles_every_shape(tmp_path: Path) -> None:
 def _board_compile_text(problem: Problem, variant_name: str) -> str:
     """All sources of the compiler's board compile of the reference's solution under one
     configuration."""
-    from kernelarc.proposers.compile_board import compiled_base_solution
-
     variant = next(v for v in COMPILE_VARIANTS if v.name == variant_name)
     base = ReferenceAgent().propose(agent_context(problem))
     assert base is not None

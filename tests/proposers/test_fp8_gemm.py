@@ -25,8 +25,8 @@ from _shared import shared_problems_root
 from kernelarc.agents.conformance import check_agent, make_context
 from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.problem.loader import Problem, load_problem
-from kernelarc.proposers.compile_board import compiled_base_solution, why_not_compilable
-from kernelarc.proposers.compiler import COMPILE_VARIANTS
+from kernelarc.proposers.compile_board import why_not_compilable
+from kernelarc.proposers.compiler import COMPILE_VARIANTS, compiled_base_solution
 from kernelarc.proposers.fp8_gemm import Fp8GemmAgent, native_solution_source, why_not_applicable
 
 REFERENCE = """import enum

@@ -34,8 +34,8 @@ from kernelarc.guard.build import choose_builder, load_entry
 from kernelarc.guard.evaluator import Guard, GuardConfig
 from kernelarc.guard.static_scan import static_scan
 from kernelarc.problem.loader import Problem, load_problem
+from kernelarc.problem.reference import make_solution
 from kernelarc.problem.schema import Solution
-from kernelarc.proposers.builtin import make_solution
 from kernelarc.proposers.gemm_tables import (
     TABLE_FILE,
     WRAPPER_FILE,

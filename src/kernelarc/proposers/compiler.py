@@ -4,31 +4,27 @@
 configuration per call (Inductor modes and options, in the order of
 :data:`COMPILE_VARIANTS`); on a draft request it jumps to the next untried configuration of
 the other family (modes vs options). Before its next configuration it compiles another
-agent's incumbent from the board when one qualifies, faster (uncompiled) than the base of
-its own best compile (:mod:`.compile_board`):
-strategies combined in one candidate. Once such a compile becomes its incumbent, the
-configurations still to try apply to that base instead of the reference (FIB 002, H200,
-session 11: the default configuration of the reference was judged right after the same
-configuration of an equivalent rewritten graph, and the shape-specialised one, which is
-what torch.compile's baseline does, was never reached).
+agent's incumbent from the board when one qualifies (:mod:`.compile_board`) and is faster,
+uncompiled, than the base of its own best compile: strategies combined in one candidate.
+Once such a compile becomes its incumbent, the configurations still to try apply to that
+base instead of the reference, so the shape-specialised configuration is reached on the
+better base too.
 
 Its first proposal is always the reference compiled as torch.compile's baseline is
-(``BASELINE``: ``dynamic=False``, one graph per shape, as the guard's compiled reference and
-the shared H200 baselines compile it), the figure users compare against, and no better
-board incumbent displaces it (``rebase`` leaves it). FIB 002, H200, session 13: with board
-bases first, the agent never compiled the reference; every compile of the rewritten graph
-took 2.43-3.41 us on the 1-row workload where the compiled reference took 2.05 us, and the
-run's best read 0.77x of torch.compile on the two workloads compared.
+(``BASELINE``: ``dynamic=False``, one graph per shape, as the guard's compiled reference
+compiles it), the figure users compare against, and no better board incumbent displaces it
+(``rebase`` leaves it): a compile of a board base is no substitute for that figure, since
+it may lose to the compiled reference on some workloads.
 
 ``reduce-overhead`` replays Inductor's CUDA graphs, which write every call's outputs into the
 same buffers: the entry returns copies (``CompileVariant.fresh_outputs``), else the output of
-one call changes under the caller at the next (FIB 002, H200, session 13: the guard's
-re-check of a timed call's output found 1.4% of its elements right, REWARD_HACK[recheck]).
+one call changes under the caller at the next (the guard's re-check of a timed call's
+output fails it as REWARD_HACK[recheck]).
 
 Its solutions are real SOL-ExecBench solutions (``languages: ["pytorch"]``, non
 destination-passing for the reference's, one file ``solution.py``; wrappers of the base
-for board incumbents) and it concludes from the guard's verdict with a short claim, the
-measured effect by workload class and an outcome.
+for board incumbents: :func:`compiled_base_solution`) and it concludes from the guard's
+verdict with a short claim, the measured effect by workload class and an outcome.
 """
 
 from __future__ import annotations
@@ -36,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from kernelarc.agents.base import Agent, Rebasing
+from kernelarc.agents.base import Rebasing
 from kernelarc.agents.types import (
     AgentContext,
     CandidateResult,
@@ -44,18 +40,19 @@ from kernelarc.agents.types import (
     IncumbentView,
     Proposal,
 )
-from kernelarc.proposers.builtin import (
-    WorkloadClasses,
-    _board_parent,
-    _notes,
-    conclusion_of,
-    effect_by_class,
+from kernelarc.guard.compile_pool import RECOMPILE_LIMIT_KEYS, STATIC_RECOMPILE_LIMIT
+from kernelarc.problem.reference import make_solution
+from kernelarc.problem.schema import Definition, Solution
+from kernelarc.proposers.base import BuiltinAgent
+from kernelarc.proposers.common import (
+    board_parent,
+    count_of,
     failure_summary,
-    geomean,
-    make_solution,
-    ms_by_uuid,
-    outcome_of,
+    notes_of,
+    score_text,
 )
+from kernelarc.proposers.compile_board import why_not_compilable
+from kernelarc.proposers.wrap import wrap_solution
 
 COMPILED_ENTRY = "kernelarc_entry"
 Family = Literal["mode", "options"]
@@ -83,12 +80,10 @@ class CompileVariant:
         """Source lines to run before the ``torch.compile`` call (after ``import torch``).
 
         A shape-specialised compile recompiles for every new shape, and Dynamo gives up after
-        ``recompile_limit`` (8 by default) and runs the rest eagerly: on FIB 002's 14 shapes
-        (H200, session 10) such a candidate read 0.25x of the default compile. Its limits are
-        raised as the guard raises its torch.compile baseline's
-        (``compile_pool.raise_recompile_limits``); a higher limit changes no compiled code."""
-        from kernelarc.guard.compile_pool import RECOMPILE_LIMIT_KEYS, STATIC_RECOMPILE_LIMIT
-
+        ``recompile_limit`` (8 by default) and runs the rest eagerly, far slower than the
+        default compile. Its limits are raised as the guard raises its torch.compile
+        baseline's (``compile_pool.raise_recompile_limits``); a higher limit changes no
+        compiled code."""
         if not self.specialises():
             return ""
         lines = ["import torch._dynamo  # noqa: E402", ""]
@@ -175,6 +170,38 @@ def compiled_source(reference: str, variant: CompileVariant) -> str:
     )
 
 
+_BASE_BODY = """
+import torch
+
+{setup}_ka_compiled = torch.compile(_ka_base{arguments})
+
+
+{entry}"""
+
+
+def compiled_base_solution(
+    base: Solution, definition: Definition, variant: CompileVariant, *, name: str, what: str
+) -> Solution:
+    """``base`` wrapped (:func:`~kernelarc.proposers.wrap.wrap_solution`) in
+    ``torch.compile(base_entry, <variant's arguments>)``, after the variant's setup lines,
+    with the variant's entry (``CompileVariant.setup``/``entry``); ``what`` names the base."""
+    arguments, setup, label = variant.arguments(), variant.setup(), variant.label()
+    return wrap_solution(
+        base,
+        definition,
+        agent="compiler",
+        name=name,
+        description=f"torch.compile ({label}) of {what}.",
+        body=_BASE_BODY.format(
+            arguments=f", {arguments}" if arguments else "",
+            setup=f"{setup}\n" if setup else "",
+            entry=variant.entry("_ka_compiled"),
+        ),
+        stem="kernelarc_compiled",
+        docstring=f"KernelArc compiler agent: torch.compile ({label}) of {what}.",
+    )
+
+
 def variant_named(name: str) -> CompileVariant:
     """The configuration of :data:`COMPILE_VARIANTS` called ``name`` (ValueError if none)."""
     for v in COMPILE_VARIANTS:
@@ -197,13 +224,15 @@ def _load(data: object, what: str) -> IncumbentView | None:
         raise ValueError(f"compiler agent state: bad {what}: {e}") from e
 
 
-class CompilerAgent(Agent, Rebasing):
+class CompilerAgent(BuiltinAgent, Rebasing):
     """Proposes ``torch.compile`` variants of the reference, one configuration per call, and
     compiles better board incumbents first; a pending proposal made before a better
     incumbent appeared is rebased onto it (:meth:`rebase`)."""
 
     name = "compiler"
     strategy = "compiler"
+    who: ClassVar[str] = "compiler agent"
+    saves_baseline: ClassVar[bool] = True
     priority: ClassVar[int] = 30
     description: ClassVar[str] = (
         "torch.compile of the reference, one Inductor mode/options configuration per call, "
@@ -211,6 +240,7 @@ class CompilerAgent(Agent, Rebasing):
     )
 
     def __init__(self) -> None:
+        super().__init__()
         self._index = 0
         self._tried: list[str] = []
         self._count = 0
@@ -223,8 +253,6 @@ class CompilerAgent(Agent, Rebasing):
         self._on: IncumbentView | None = None
         """The board incumbent the configurations apply to (None: the reference); ``_tried``
         and ``_index`` are about this base."""
-        self._baseline_ms: dict[str, float] = {}
-        self._classes = WorkloadClasses()
         self._plain = False
         """The reference's compile in the baseline's configuration (``BASELINE``) has been
         proposed."""
@@ -252,12 +280,9 @@ class CompilerAgent(Agent, Rebasing):
         """Another agent's incumbent to compile (``compile_board``), not compiled by it yet,
         better (uncompiled) than the base of this agent's best compile: the board base whose
         compile won, else the reference (1.0x). Bases are compared with bases: a compiled
-        result is no floor for an uncompiled base, since compiling the base combines both
-        (L1 017, H200: a 1.68x bf16 policy read 4.97x compiled). Former incumbents count:
-        an agent's newer incumbent may not be compilable where its older one was (L1 017,
-        session 14: bf16 around a CUDA graph replaced the plain bf16 policy)."""
-        from kernelarc.proposers.compile_board import why_not_compilable
-
+        result is no floor for an uncompiled base, since compiling the base combines both.
+        Former incumbents count: an agent's newer incumbent may not be compilable where its
+        older one was (a policy around a CUDA graph replacing the plain policy)."""
         if context.board is None or context.must_draft:
             return None
         floor = self._on.score if self._on is not None else 1.0
@@ -276,13 +301,11 @@ class CompilerAgent(Agent, Rebasing):
     ) -> Proposal:
         """A compile of ``base``: a new board base under the default configuration, or (with
         ``variant``) the next configuration of the base the agent walks (``_on``)."""
-        from kernelarc.proposers.compile_board import compiled_base_solution
-
         new = variant is None
         variant = variant or COMPILE_VARIANTS[0]
         definition = context.definition
-        self._classes = WorkloadClasses.of(definition, context.workloads)
-        self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
+        self._classify(context)
+        self._measure_against_incumbent(context)
         if new:
             self._bases.append(base.candidate_id)
         self._pending, self._pending_base = variant.name, base.candidate_id
@@ -324,14 +347,14 @@ class CompilerAgent(Agent, Rebasing):
             return self._propose_on(context, self._on, variant)
         self._pending_base, self._pending_view = None, None
         definition = context.definition
-        self._classes = WorkloadClasses.of(definition, context.workloads)
-        self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
+        self._classify(context)
+        self._measure_against_incumbent(context)
         self._pending = variant.name
         self._plain = self._plain or variant.name == BASELINE
         self._count += 1
         draft = context.must_draft
         parent = (
-            _board_parent(context, self.name)
+            board_parent(context, self.name)
             if draft
             else (context.incumbent.candidate_id if context.incumbent else None)
         )
@@ -388,11 +411,10 @@ class CompilerAgent(Agent, Rebasing):
         label = f"torch.compile {variant.label()}" if variant else "torch.compile (unknown)"
         if base is not None:
             label += f" of {base}"
-        effect = effect_by_class(result.per_workload, self._classes, self._baseline_ms)
-        overall = geomean(list(effect.values()))
+        effect, overall = self._effect(result)
         n = len(result.per_workload)
         if result.passed:
-            score = f"{result.score:.2f}x" if result.score is not None else "unmeasured speedup"
+            score = score_text(result, "unmeasured speedup")
             claim = f"{label}: {score} over eager on {n}/{n} workloads"
             if len(effect) > 1:
                 best = max(effect, key=lambda k: effect[k])
@@ -401,16 +423,10 @@ class CompilerAgent(Agent, Rebasing):
                 claim += f"; {overall:.2f}x vs own previous best"
         else:
             claim = f"{label}: {failure_summary(result)}"
-        return conclusion_of(
-            self,
-            result,
-            claim=claim + _notes(result),
-            effect=effect,
-            tags=("compiler", variant.name) if variant else ("compiler",),
-            outcome=outcome_of(result, overall),
-        )
+        tags = ("compiler", variant.name) if variant else ("compiler",)
+        return self._conclude(result, claim + notes_of(result), effect, tags, overall)
 
-    def state(self) -> dict[str, object]:
+    def _state(self) -> dict[str, object]:
         return {
             "index": self._index,
             "tried": list(self._tried),
@@ -420,37 +436,32 @@ class CompilerAgent(Agent, Rebasing):
             "pending_base": self._pending_base,
             "pending_view": _dump(self._pending_view),
             "on": _dump(self._on),
-            "baseline_ms": dict(self._baseline_ms),
-            "classes": self._classes.to_state(),
             "plain": self._plain,
         }
 
-    def restore(self, state: dict[str, object]) -> None:
-        index, tried, count = state.get("index", 0), state.get("tried", []), state.get("count", 0)
-        pending = state.get("pending")
+    def _restore(self, state: dict[str, object]) -> None:
+        index, tried, pending = state.get("index", 0), state.get("tried", []), state.get("pending")
         if not isinstance(index, int) or not 0 <= index <= len(COMPILE_VARIANTS):
             raise ValueError(f"compiler agent state: bad 'index' {index!r}")
-        if not isinstance(tried, list) or not isinstance(count, int):
-            raise ValueError("compiler agent state: 'tried' must be a list, 'count' an int")
-        base = ms_by_uuid(state.get("baseline_ms", {}), "compiler agent", "'baseline_ms'")
-        classes = WorkloadClasses.from_state(state.get("classes", {}), "compiler agent")
+        if not isinstance(tried, list):
+            raise ValueError(f"compiler agent state: 'tried' must be a list, got {tried!r}")
+        count = count_of(state.get("count", 0), self.who)
         for name in [*tried, *([pending] if pending is not None else [])]:
             variant_named(str(name))
         bases, pending_base = state.get("bases", []), state.get("pending_base")
         plain = state.get("plain", False)
         if not isinstance(plain, bool):
             raise ValueError(f"compiler agent state: bad 'plain' {plain!r}")
-        self._plain = plain
         if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
             raise ValueError("compiler agent state: 'bases' must be a list of candidate ids")
         if pending_base is not None and not isinstance(pending_base, str):
             raise ValueError(f"compiler agent state: bad 'pending_base' {pending_base!r}")
-        self._bases, self._pending_base = list(bases), pending_base
-        self._pending_view = _load(state.get("pending_view"), "'pending_view'")
-        self._on = _load(state.get("on"), "'on'")
+        pending_view = _load(state.get("pending_view"), "'pending_view'")
+        on = _load(state.get("on"), "'on'")
+        self._plain, self._bases, self._pending_base = plain, list(bases), pending_base
+        self._pending_view, self._on = pending_view, on
         self._index, self._tried, self._count = index, [str(t) for t in tried], count
         self._pending = str(pending) if pending is not None else None
-        self._baseline_ms, self._classes = base, classes
 
 
 __all__ = [
@@ -459,5 +470,7 @@ __all__ = [
     "COMPILE_VARIANTS",
     "CompileVariant",
     "CompilerAgent",
+    "compiled_base_solution",
     "compiled_source",
+    "variant_named",
 ]

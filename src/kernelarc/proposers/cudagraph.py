@@ -49,19 +49,17 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any, ClassVar
 
-from kernelarc.agents.base import Agent, Rebasing
+from kernelarc.agents.base import Rebasing
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
+from kernelarc.problem.reference import reference_solution
 from kernelarc.problem.schema import Definition, Solution
-from kernelarc.proposers.builtin import (
-    WorkloadClasses,
-    _notes,
-    conclusion_of,
-    effect_by_class,
+from kernelarc.proposers.base import BuiltinAgent
+from kernelarc.proposers.common import (
+    count_of,
     failure_summary,
-    geomean,
     ms_by_uuid,
-    outcome_of,
-    reference_solution,
+    notes_of,
+    score_text,
 )
 from kernelarc.proposers.wrap import why_not_wrappable, wrap_solution
 
@@ -269,12 +267,13 @@ def replays_graphs(solution: Solution) -> bool:
     return any(PurePosixPath(s.path).name.startswith(GRAPH_STEM) for s in solution.sources)
 
 
-class CudaGraphAgent(Agent, Rebasing):
+class CudaGraphAgent(BuiltinAgent, Rebasing):
     """Wraps the board's best (or the reference) in CUDA-graph capture; CUDA only. A wrap
     still waiting to be judged when the board's best changes is rebased onto the new best."""
 
     name = "cuda-graph"
     strategy = "cuda-graph"
+    who: ClassVar[str] = "cuda-graph agent"
     waits_for_board: ClassVar[bool] = True
     priority: ClassVar[int] = 10
     description: ClassVar[str] = (
@@ -283,10 +282,10 @@ class CudaGraphAgent(Agent, Rebasing):
     )
 
     def __init__(self) -> None:
+        super().__init__()
         self._wrapped: list[str] = []
         self._count = 0
         self._pending: dict[str, Any] | None = None
-        self._classes = WorkloadClasses()
 
     def _choice(
         self, context: AgentContext
@@ -332,7 +331,7 @@ class CudaGraphAgent(Agent, Rebasing):
         if not context.device.startswith("cuda"):
             return None
         definition = context.definition
-        self._classes = WorkloadClasses.of(definition, context.workloads)
+        self._classify(context)
         key, base, parent, label, baseline = self._choice(context)
         if key in self._wrapped:
             return None
@@ -355,11 +354,10 @@ class CudaGraphAgent(Agent, Rebasing):
         pending, self._pending = self._pending, None
         label = str(pending["label"]) if pending else "a base (no record of this proposal)"
         baseline = dict(pending["baseline_ms"]) if pending else {}
-        effect = effect_by_class(result.per_workload, self._classes, baseline)
-        overall = geomean(list(effect.values()))
+        effect, overall = self._effect(result, baseline)
         n = len(result.per_workload)
         if result.passed:
-            score = f"{result.score:.2f}x" if result.score is not None else "unmeasured"
+            score = score_text(result)
             claim = f"CUDA graph of {label}: passed {n}/{n} workloads, {score} over eager"
             if overall is not None:
                 claim += f", {overall:.2f}x vs its base"
@@ -368,30 +366,20 @@ class CudaGraphAgent(Agent, Rebasing):
                 claim += f"; best on {best} ({effect[best]:.2f}x)"
         else:
             claim = f"CUDA graph of {label}: {failure_summary(result)}"
-        return conclusion_of(
-            self,
-            result,
-            claim=claim + _notes(result),
-            effect=effect,
-            tags=("cuda-graph",),
-            outcome=outcome_of(result, overall),
-        )
+        return self._conclude(result, claim + notes_of(result), effect, ("cuda-graph",), overall)
 
-    def state(self) -> dict[str, object]:
+    def _state(self) -> dict[str, object]:
         return {
             "wrapped": list(self._wrapped),
             "count": self._count,
             "pending": dict(self._pending) if self._pending is not None else None,
-            "classes": self._classes.to_state(),
         }
 
-    def restore(self, state: dict[str, object]) -> None:
-        wrapped, count = state.get("wrapped", []), state.get("count", 0)
-        pending = state.get("pending")
+    def _restore(self, state: dict[str, object]) -> None:
+        wrapped, pending = state.get("wrapped", []), state.get("pending")
         if not isinstance(wrapped, list) or not all(isinstance(w, str) for w in wrapped):
             raise ValueError("cuda-graph agent state: 'wrapped' must be a list of strings")
-        if not isinstance(count, int) or count < 0:
-            raise ValueError(f"cuda-graph agent state: bad 'count' {count!r}")
+        count = count_of(state.get("count", 0), self.who)
         if pending is not None:
             if not isinstance(pending, dict) or not {"base", "label"} <= set(pending):
                 raise ValueError("cuda-graph agent state: 'pending' must name base and label")
@@ -399,9 +387,7 @@ class CudaGraphAgent(Agent, Rebasing):
                 pending.get("baseline_ms", {}), "cuda-graph agent", "pending 'baseline_ms'"
             )
             pending = {**pending, "baseline_ms": base_ms}
-        classes = WorkloadClasses.from_state(state.get("classes", {}), "cuda-graph agent")
         self._wrapped, self._count, self._pending = list(wrapped), count, pending
-        self._classes = classes
 
 
 __all__ = ["GRAPH_BODY", "CudaGraphAgent", "graph_solution"]

@@ -35,18 +35,11 @@ import ast
 import logging
 from typing import ClassVar
 
-from kernelarc.agents.base import Agent
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
+from kernelarc.problem.reference import make_solution
 from kernelarc.problem.schema import Definition
-from kernelarc.proposers.builtin import (
-    WorkloadClasses,
-    conclusion_of,
-    effect_by_class,
-    failure_summary,
-    geomean,
-    make_solution,
-    outcome_of,
-)
+from kernelarc.proposers.base import BuiltinAgent
+from kernelarc.proposers.common import failure_summary, score_text
 
 log = logging.getLogger(__name__)
 HELPER_CLASS = "CuBLASRefBlockwiseGemm"
@@ -215,12 +208,13 @@ def native_solution_source(definition: Definition) -> str:
     return definition.reference.rstrip() + "\n" + OVERRIDE
 
 
-class Fp8GemmAgent(Agent):
+class Fp8GemmAgent(BuiltinAgent):
     """Proposes, once, the reference with the FP8 helper's GEMM on the native scaled GEMM;
     CUDA only, and only where :func:`why_not_applicable` finds nothing against it."""
 
     name = "fp8-gemm"
     strategy = "library"
+    who: ClassVar[str] = "fp8-gemm agent"
     priority: ClassVar[int] = 25
     description: ClassVar[str] = (
         "CUDA only: the FP8 reference helper's dequantise-then-fp32 GEMM replaced by "
@@ -229,9 +223,9 @@ class Fp8GemmAgent(Agent):
     )
 
     def __init__(self) -> None:
+        super().__init__()
         self.skipped: str | None = None
         self._proposed = False
-        self._classes = WorkloadClasses()
 
     def propose(self, context: AgentContext) -> Proposal | None:
         if self._proposed or self.skipped is not None:
@@ -247,7 +241,7 @@ class Fp8GemmAgent(Agent):
             log.info("fp8-gemm agent proposes nothing: %s", why)
             return None
         self._proposed = True
-        self._classes = WorkloadClasses.of(definition, context.workloads)
+        self._classify(context)
         solution = make_solution(
             definition,
             agent=self.name,
@@ -267,43 +261,29 @@ class Fp8GemmAgent(Agent):
         )
 
     def observe(self, result: CandidateResult) -> Conclusion:
-        effect = effect_by_class(result.per_workload, self._classes, {})
-        overall = geomean(list(effect.values()))
+        effect, overall = self._effect(result)
         n = len(result.per_workload)
         head = f"native FP8 scaled GEMM for {HELPER_CLASS}.scaled_mm"
         if result.passed:
-            score = f"{result.score:.2f}x" if result.score is not None else "unmeasured"
-            claim = f"{head}: passed {n}/{n} workloads, {score} over eager"
+            claim = f"{head}: passed {n}/{n} workloads, {score_text(result)} over eager"
             if result.score is not None and result.score < 1.05:
                 claim += " (no gain: the native path may not have validated on this device)"
         else:
             claim = f"{head}: {failure_summary(result)}"
         if result.stage == "screen":
             claim += " (screening stage only)"
-        return conclusion_of(
-            self,
-            result,
-            claim=claim,
-            effect=effect,
-            tags=("fp8", "scaled_mm"),
-            outcome=outcome_of(result, overall),
-        )
+        return self._conclude(result, claim, effect, ("fp8", "scaled_mm"), overall)
 
-    def state(self) -> dict[str, object]:
-        return {
-            "proposed": self._proposed,
-            "skipped": self.skipped,
-            "classes": self._classes.to_state(),
-        }
+    def _state(self) -> dict[str, object]:
+        return {"proposed": self._proposed, "skipped": self.skipped}
 
-    def restore(self, state: dict[str, object]) -> None:
+    def _restore(self, state: dict[str, object]) -> None:
         proposed, skipped = state.get("proposed", False), state.get("skipped")
         if not isinstance(proposed, bool):
             raise ValueError(f"fp8-gemm agent state: 'proposed' must be a bool, got {proposed!r}")
         if skipped is not None and not isinstance(skipped, str):
             raise ValueError(f"fp8-gemm agent state: 'skipped' must be a string, got {skipped!r}")
-        classes = WorkloadClasses.from_state(state.get("classes", {}), "fp8-gemm agent")
-        self._proposed, self.skipped, self._classes = proposed, skipped, classes
+        self._proposed, self.skipped = proposed, skipped
 
 
 __all__ = ["OVERRIDE", "Fp8GemmAgent", "native_solution_source", "why_not_applicable"]

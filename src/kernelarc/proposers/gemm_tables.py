@@ -60,22 +60,18 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from kernelarc.agents.base import Agent
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
 from kernelarc.problem.inputs import estimate_input_bytes
 from kernelarc.problem.loader import Problem
+from kernelarc.problem.reference import reference_solution
 from kernelarc.problem.schema import Definition, Solution, Workload
-from kernelarc.proposers.builtin import (
-    WorkloadClasses,
-    _board_parent,
+from kernelarc.proposers.base import BuiltinAgent
+from kernelarc.proposers.common import (
+    board_parent,
     clip,
-    conclusion_of,
-    effect_by_class,
+    count_of,
     failure_summary,
-    geomean,
-    ms_by_uuid,
-    outcome_of,
-    reference_solution,
+    score_text,
 )
 from kernelarc.proposers.tunableop_worker import (
     TableError,
@@ -272,11 +268,13 @@ def fits_beside_guard(
     )
 
 
-class GemmTablesAgent(Agent):
+class GemmTablesAgent(BuiltinAgent):
     """Tunes the base's GEMMs with TunableOp and ships the table (one base per call)."""
 
     name = "gemm-tables"
     strategy = "gemm-tables"
+    who: ClassVar[str] = "gemm-tables"
+    saves_baseline: ClassVar[bool] = True
     waits_for_board: ClassVar[bool] = True
     priority: ClassVar[int] = 5
     description: ClassVar[str] = (
@@ -286,13 +284,12 @@ class GemmTablesAgent(Agent):
     documented_subprocess: ClassVar[bool] = True
 
     def __init__(self, problem: Problem | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S):
+        super().__init__()
         self._problem = problem
         self.timeout_s = timeout_s
         self._tried: list[str] = []
         self._count = 0
         self._pending: dict[str, Any] | None = None
-        self._baseline_ms: dict[str, float] = {}
-        self._classes = WorkloadClasses()
         self.skipped: str | None = None
 
     # -------------------------------------------------------------- proposing
@@ -398,7 +395,7 @@ class GemmTablesAgent(Agent):
             agent=self.name,
             name=f"{d.name}-gemm-tables-{self._count}",
         )
-        self._classes = WorkloadClasses.of(d, context.workloads)
+        self._classify(context)
         self._baseline_ms = dict(base.baseline_ms)
         n, k = len(table.gemm_entries()), len(table.tuned())
         done = run.event("done")
@@ -408,7 +405,7 @@ class GemmTablesAgent(Agent):
             note = f"{len(errors)} workload(s) failed while tuning: {errors[0][:120]}"
         self._pending = {"base": base.label, "shapes": n, "non_default": k, "note": note}
         draft = context.must_draft
-        parent = base.parent_id or (_board_parent(context, self.name) if draft else None)
+        parent = base.parent_id or (board_parent(context, self.name) if draft else None)
         return Proposal(
             solution=solution,
             hypothesis=clip(
@@ -432,12 +429,10 @@ class GemmTablesAgent(Agent):
                 f"TunableOp table for the {pending['base']}: {pending['shapes']} GEMM shapes "
                 f"tuned, {pending['non_default']} non-default"
             )
-        effect = effect_by_class(result.per_workload, self._classes, self._baseline_ms)
-        overall = geomean(list(effect.values()))
+        effect, overall = self._effect(result)
         n = len(result.per_workload)
         if result.passed:
-            score = f"{result.score:.2f}x" if result.score is not None else "unmeasured"
-            verdict = f"{score} over eager on {n}/{n} workloads"
+            verdict = f"{score_text(result)} over eager on {n}/{n} workloads"
             if self._baseline_ms and overall is not None:
                 verdict += f", {overall:.2f}x vs its base"
         else:
@@ -448,32 +443,21 @@ class GemmTablesAgent(Agent):
         if result.cached:
             notes.append("cached verdict")
         claim = f"{what}; {verdict}" + (f" ({'; '.join(notes)})" if notes else "")
-        return conclusion_of(
-            self,
-            result,
-            claim=claim,
-            effect=effect,
-            tags=("gemm-tables", "tunableop"),
-            outcome=outcome_of(result, overall),
-        )
+        return self._conclude(result, claim, effect, ("gemm-tables", "tunableop"), overall)
 
     # -------------------------------------------------------------- state
-    def state(self) -> dict[str, object]:
+    def _state(self) -> dict[str, object]:
         return {
             "tried": list(self._tried),
             "count": self._count,
             "pending": dict(self._pending) if self._pending is not None else None,
-            "baseline_ms": dict(self._baseline_ms),
-            "classes": self._classes.to_state(),
         }
 
-    def restore(self, state: dict[str, object]) -> None:
-        tried, count = state.get("tried", []), state.get("count", 0)
-        pending = state.get("pending")
+    def _restore(self, state: dict[str, object]) -> None:
+        tried, pending = state.get("tried", []), state.get("pending")
         if not isinstance(tried, list) or not all(isinstance(t, str) for t in tried):
             raise ValueError(f"gemm-tables state: 'tried' must be a list of hashes, got {tried!r}")
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise ValueError(f"gemm-tables state: 'count' must be a count, got {count!r}")
+        count = count_of(state.get("count", 0), self.who)
         if pending is not None and not (
             isinstance(pending, dict)
             and isinstance(pending.get("base"), str)
@@ -482,11 +466,8 @@ class GemmTablesAgent(Agent):
             and (pending.get("note") is None or isinstance(pending.get("note"), str))
         ):
             raise ValueError(f"gemm-tables state: bad 'pending' {pending!r}")
-        base = ms_by_uuid(state.get("baseline_ms", {}), "gemm-tables", "'baseline_ms'")
-        classes = WorkloadClasses.from_state(state.get("classes", {}), "gemm-tables")
         self._tried, self._count = list(tried), count
         self._pending = dict(pending) if isinstance(pending, dict) else None
-        self._baseline_ms, self._classes = base, classes
 
 
 __all__ = [

@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from kernelarc.agents.base import Agent, Rebasing
+from kernelarc.agents.base import Rebasing
 from kernelarc.agents.types import (
     AgentContext,
     CandidateResult,
@@ -57,17 +57,15 @@ from kernelarc.agents.types import (
     Proposal,
     WorkloadResult,
 )
+from kernelarc.problem.reference import reference_solution
 from kernelarc.problem.schema import Definition, Solution, Tolerance
-from kernelarc.proposers.builtin import (
-    WorkloadClasses,
-    _notes,
-    conclusion_of,
-    effect_by_class,
+from kernelarc.proposers.base import BuiltinAgent
+from kernelarc.proposers.common import (
+    count_of,
     failure_summary,
-    geomean,
     ms_by_uuid,
-    outcome_of,
-    reference_solution,
+    notes_of,
+    score_text,
 )
 from kernelarc.proposers.wrap import python_sources, why_not_wrappable, wrap_solution
 
@@ -241,11 +239,12 @@ def workload_names(results: list[WorkloadResult], var_axes: list[str], limit: in
     return ", ".join(names[:limit]) + (f" +{more} more" if more > 0 else "")
 
 
-class PrecisionAgent(Agent, Rebasing):
+class PrecisionAgent(BuiltinAgent, Rebasing):
     """TF32 / bf16 precision policies on the board's best and on the reference."""
 
     name = "precision"
     strategy = "precision"
+    who: ClassVar[str] = "precision agent"
     waits_for_board: ClassVar[bool] = True
     priority: ClassVar[int] = 20
     description: ClassVar[str] = (
@@ -254,13 +253,13 @@ class PrecisionAgent(Agent, Rebasing):
     )
 
     def __init__(self) -> None:
+        super().__init__()
         self._tried: list[str] = []
         self._hashes: list[str] = []
         self._floors: dict[str, int] = {}
         self._stopped = False
         self._count = 0
         self._pending: dict[str, Any] | None = None
-        self._classes = WorkloadClasses()
         self._var_axes: list[str] = []
 
     # ------------------------------------------------------------------ proposing
@@ -306,7 +305,7 @@ class PrecisionAgent(Agent, Rebasing):
         if self._stopped:
             return None
         definition = context.definition
-        self._classes = WorkloadClasses.of(definition, context.workloads)
+        self._classify(context)
         self._var_axes = [n for n, a in definition.axes.items() if a.type == "var"]
         order = policy_order(context.device, context.tolerances)
         plans, lead = self._plans(context, order), order[0]
@@ -390,8 +389,7 @@ class PrecisionAgent(Agent, Rebasing):
             policy_name, base_key = str(pending["policy"]), str(pending["base"])
             label, baseline = str(pending["label"]), dict(pending["baseline_ms"])
             title = f"{policy_named(policy_name).label} on {label}"
-        effect = effect_by_class(result.per_workload, self._classes, baseline)
-        overall = geomean(list(effect.values()))
+        effect, overall = self._effect(result, baseline)
         per = list(result.per_workload)
         n = len(per)
         strict = [r for r in per if r.status == "REWARD_HACK" and r.check == "precision"]
@@ -413,7 +411,7 @@ class PrecisionAgent(Agent, Rebasing):
                 "lower-precision policies on this base are skipped"
             )
         elif result.passed:
-            score = f"{result.score:.2f}x" if result.score is not None else "unmeasured"
+            score = score_text(result)
             claim = f"{title}: every workload's tolerance passed ({n}/{n}), {score} over eager"
             if overall is not None:
                 claim += f", {overall:.2f}x vs its base"
@@ -421,17 +419,12 @@ class PrecisionAgent(Agent, Rebasing):
                 claim += f"; changes {policy_named(policy_name).switches} (reported by the guard)"
         else:
             claim = f"{title}: {failure_summary(result)}"
-        return conclusion_of(
-            self,
-            result,
-            claim=claim + _notes(result),
-            effect=effect,
-            tags=("precision", policy_name),
-            outcome=outcome_of(result, overall),
+        return self._conclude(
+            result, claim + notes_of(result), effect, ("precision", policy_name), overall
         )
 
     # ------------------------------------------------------------------ persistence
-    def state(self) -> dict[str, object]:
+    def _state(self) -> dict[str, object]:
         return {
             "tried": list(self._tried),
             "hashes": list(self._hashes),
@@ -439,11 +432,10 @@ class PrecisionAgent(Agent, Rebasing):
             "stopped": self._stopped,
             "count": self._count,
             "pending": dict(self._pending) if self._pending is not None else None,
-            "classes": self._classes.to_state(),
             "var_axes": list(self._var_axes),
         }
 
-    def restore(self, state: dict[str, object]) -> None:
+    def _restore(self, state: dict[str, object]) -> None:
         def strings(key: str) -> list[str]:
             value = state.get(key, [])
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -453,17 +445,14 @@ class PrecisionAgent(Agent, Rebasing):
         tried, hashes, var_axes = strings("tried"), strings("hashes"), strings("var_axes")
         for key in tried:
             policy_named(key.split("@", 1)[0])
-        floors, stopped, count = (
-            state.get("floors", {}),
-            state.get("stopped", False),
-            state.get("count", 0),
-        )
+        floors, stopped = state.get("floors", {}), state.get("stopped", False)
         if not isinstance(floors, dict) or not all(
             isinstance(k, str) and isinstance(v, int) for k, v in floors.items()
         ):
             raise ValueError("precision agent state: 'floors' must map base keys to levels")
-        if not isinstance(stopped, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError("precision agent state: 'stopped' must be a bool, 'count' an int")
+        if not isinstance(stopped, bool):
+            raise ValueError(f"precision agent state: 'stopped' must be a bool, got {stopped!r}")
+        count = count_of(state.get("count", 0), self.who)
         pending = state.get("pending")
         if pending is not None:
             if not isinstance(pending, dict) or not {"policy", "base", "label"} <= set(pending):
@@ -473,11 +462,9 @@ class PrecisionAgent(Agent, Rebasing):
                 pending.get("baseline_ms", {}), "precision agent", "pending 'baseline_ms'"
             )
             pending = {**pending, "baseline_ms": base_ms}
-        classes = WorkloadClasses.from_state(state.get("classes", {}), "precision agent")
         self._tried, self._hashes, self._var_axes = tried, hashes, var_axes
         self._floors = dict(floors)
         self._stopped, self._count, self._pending = stopped, count, pending
-        self._classes = classes
 
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The built-in agents by name: what ``--agents reference,compiler`` resolves to.
 
-Covered: the model-free built-ins (reference in :mod:`kernelarc.proposers.builtin`,
+Covered: the model-free built-ins (reference in :mod:`kernelarc.proposers.reference`,
 compiler, precision, cuda-graph, gemm-tables, fp8-gemm, rewrite, tuner). Not
 covered: LLM-backed agents, the seed agent (it needs the user's solutions: ``optimize
 --seed-solution``) and the test-only :class:`~kernelarc.proposers.scripted.ScriptedAgent`
@@ -14,12 +14,12 @@ from collections.abc import Callable, Sequence
 
 from kernelarc.agents.base import Agent
 from kernelarc.errors import KernelArcError
-from kernelarc.proposers.builtin import ReferenceAgent
 from kernelarc.proposers.compiler import CompilerAgent
 from kernelarc.proposers.cudagraph import CudaGraphAgent
 from kernelarc.proposers.fp8_gemm import Fp8GemmAgent
 from kernelarc.proposers.gemm_tables import GemmTablesAgent
 from kernelarc.proposers.precision import PrecisionAgent
+from kernelarc.proposers.reference import ReferenceAgent
 from kernelarc.proposers.rewrite import RewriteAgent
 from kernelarc.proposers.tuner import TunerAgent
 

@@ -19,26 +19,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from kernelarc.agents.base import Agent
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
 from kernelarc.problem.schema import Solution
-from kernelarc.proposers.builtin import (
-    WorkloadClasses,
-    clip,
-    conclusion_of,
-    effect_by_class,
-    failure_summary,
-    geomean,
-    ms_by_uuid,
-    outcome_of,
-)
+from kernelarc.proposers.base import BuiltinAgent
+from kernelarc.proposers.common import clip, failure_summary, score_text
 
 
-class SeedAgent(Agent):
+class SeedAgent(BuiltinAgent):
     """Proposes the given solutions once each, in order, then nothing."""
 
     name = "seed"
     strategy = "seed"
+    who: ClassVar[str] = "seed agent"
+    saves_baseline: ClassVar[bool] = True
     description: ClassVar[str] = (
         "user-given solutions (--seed-solution), proposed once each so others can refine them"
     )
@@ -46,12 +39,11 @@ class SeedAgent(Agent):
     def __init__(self, solutions: Sequence[Solution], *, name: str = "seed") -> None:
         if not solutions:
             raise ValueError("a seed agent needs at least one solution")
+        super().__init__()
         self.name = name
         self.solutions = [s.model_copy(deep=True) for s in solutions]
         self._index = 0
         self._pending: int | None = None
-        self._baseline_ms: dict[str, float] = {}
-        self._classes = WorkloadClasses()
 
     def _hashes(self) -> list[str]:
         return [s.content_hash() for s in self.solutions]
@@ -62,8 +54,8 @@ class SeedAgent(Agent):
         n = self._index
         self._index += 1
         self._pending = n
-        self._classes = WorkloadClasses.of(context.definition, context.workloads)
-        self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
+        self._classify(context)
+        self._measure_against_incumbent(context)
         sol = self.solutions[n]
         langs = ", ".join(lang.value for lang in sol.spec.languages)
         return Proposal(
@@ -84,11 +76,10 @@ class SeedAgent(Agent):
             if n is not None
             else "seed (none pending)"
         )
-        effect = effect_by_class(result.per_workload, self._classes, self._baseline_ms)
+        effect, overall = self._effect(result)
         total = len(result.per_workload)
         if result.passed:
-            score = f"{result.score:.2f}x" if result.score is not None else "unmeasured"
-            claim = f"{label}: {score} over eager on {total}/{total} workloads"
+            claim = f"{label}: {score_text(result)} over eager on {total}/{total} workloads"
             if effect:
                 claim += "; " + "; ".join(f"{v:.2f}x on {k}" for k, v in effect.items())
                 claim += " vs " + ("own previous best" if self._baseline_ms else "the reference")
@@ -96,26 +87,15 @@ class SeedAgent(Agent):
                 claim += " (screening stage only)"
         else:
             claim = f"{label}: {failure_summary(result)}"
-        overall = geomean(list(effect.values())) if self._baseline_ms else None
-        return conclusion_of(
-            self,
-            result,
-            claim=claim,
-            effect=effect,
-            tags=("seed",),
-            outcome=outcome_of(result, overall),
+        # Against the reference, a ratio below 1 is no regression of the seed's own.
+        return self._conclude(
+            result, claim, effect, ("seed",), overall if self._baseline_ms else None
         )
 
-    def state(self) -> dict[str, object]:
-        return {
-            "index": self._index,
-            "pending": self._pending,
-            "hashes": self._hashes(),
-            "baseline_ms": dict(self._baseline_ms),
-            "classes": self._classes.to_state(),
-        }
+    def _state(self) -> dict[str, object]:
+        return {"index": self._index, "pending": self._pending, "hashes": self._hashes()}
 
-    def restore(self, state: dict[str, object]) -> None:
+    def _restore(self, state: dict[str, object]) -> None:
         index, pending = state.get("index", 0), state.get("pending")
         hashes = state.get("hashes")
         if not isinstance(index, int) or isinstance(index, bool):
@@ -129,10 +109,7 @@ class SeedAgent(Agent):
                 "seed agent state was saved with other seed solutions: resume with the "
                 "same --seed-solution files, in the same order"
             )
-        base = ms_by_uuid(state.get("baseline_ms", {}), "seed agent", "'baseline_ms'")
-        classes = WorkloadClasses.from_state(state.get("classes", {}), "seed agent")
         self._index, self._pending = index, pending
-        self._baseline_ms, self._classes = base, classes
 
 
 __all__ = ["SeedAgent"]

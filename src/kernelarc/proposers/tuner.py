@@ -35,7 +35,6 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kernelarc.agents.base import Agent
 from kernelarc.agents.types import (
     AgentContext,
     CandidateResult,
@@ -44,15 +43,16 @@ from kernelarc.agents.types import (
     Outcome,
     Proposal,
 )
+from kernelarc.maths import geomean
 from kernelarc.problem.schema import Language, Solution
-from kernelarc.proposers.builtin import (
+from kernelarc.proposers.base import BuiltinAgent
+from kernelarc.proposers.common import (
     REGRESSED_BELOW,
     WorkloadClasses,
     clip,
     conclusion_of,
     effect_by_class,
     failure_summary,
-    geomean,
 )
 from kernelarc.proposers.tunables import Kind, solution_tunables, tuned_solution
 
@@ -203,11 +203,13 @@ def _why(prev: BaseState | None, base: BaseState, draft: bool) -> str:
     return "a draft: another base" if draft else "a better Triton incumbent appeared"
 
 
-class TunerAgent(Agent):
+class TunerAgent(BuiltinAgent):
     """Coordinate descent over the tunables of the best Triton candidates it can see."""
 
     name = "tuner"
     strategy = "tuner"
+    who: ClassVar[str] = "tuner agent"
+    saves_classes: ClassVar[bool] = False  # kept in its own state model (``TunerState``)
     priority: ClassVar[int] = 15
     description: ClassVar[str] = (
         "tunes block sizes, num_warps, num_stages, split-K/GROUP_M of Triton incumbents "
@@ -219,6 +221,7 @@ class TunerAgent(Agent):
     def __init__(self, max_tries_per_base: int = 32) -> None:
         if max_tries_per_base < 1:
             raise ValueError("max_tries_per_base must be at least 1")
+        super().__init__()
         self.max_tries_per_base = max_tries_per_base
         self._s = TunerState()
 
@@ -412,10 +415,10 @@ class TunerAgent(Agent):
         """Copies of the bases (for reports and tests)."""
         return [b.model_copy(deep=True) for b in self._s.bases]
 
-    def state(self) -> dict[str, object]:
+    def _state(self) -> dict[str, object]:
         return {"max_tries_per_base": self.max_tries_per_base, **self._s.model_dump(mode="json")}
 
-    def restore(self, state: dict[str, object]) -> None:
+    def _restore(self, state: dict[str, object]) -> None:
         data = dict(state)
         limit = data.pop("max_tries_per_base", self.max_tries_per_base)
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:

@@ -34,18 +34,10 @@ from __future__ import annotations
 import logging
 from typing import ClassVar
 
-from kernelarc.agents.base import Agent
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
-from kernelarc.proposers.builtin import (
-    WorkloadClasses,
-    conclusion_of,
-    effect_by_class,
-    failure_summary,
-    geomean,
-    make_solution,
-    ms_by_uuid,
-    outcome_of,
-)
+from kernelarc.problem.reference import make_solution
+from kernelarc.proposers.base import BuiltinAgent
+from kernelarc.proposers.common import failure_summary, score_text
 from kernelarc.proposers.rewrite.codegen import CodegenError
 from kernelarc.proposers.rewrite.grouped import group_loops
 from kernelarc.proposers.rewrite.loops import LoopRewriteError, hoist_wheres
@@ -89,12 +81,14 @@ reference 176/277 ms, grouped 119/224 ms, grouped with TF32 51/74 ms; TF32 on th
 was judged first and the grouped candidate's full stage was cut by the 240 s limit)."""
 
 
-class RewriteAgent(Agent):
+class RewriteAgent(BuiltinAgent):
     """Proposes the reference rewritten by fx patterns; returns None when nothing applies
     or the reference does not trace (see the module docstring)."""
 
     name = "rewrite"
     strategy = "rewrite"
+    who: ClassVar[str] = "rewrite agent"
+    saves_baseline: ClassVar[bool] = True
     priority: ClassVar[int] = 20
     description: ClassVar[str] = (
         "torch.fx rewrites of the reference into fused library calls (SDPA, rms/layer norm, "
@@ -103,11 +97,10 @@ class RewriteAgent(Agent):
     )
 
     def __init__(self) -> None:
+        super().__init__()
         self.skipped: str | None = None
         self._families: list[str] | None = None
         self._tried: list[dict[str, object]] = []
-        self._baseline_ms: dict[str, float] = {}
-        self._classes = WorkloadClasses()
 
     # ------------------------------------------------------------------ planning
     def _skip(self, reason: str) -> None:
@@ -197,8 +190,8 @@ class RewriteAgent(Agent):
         except (UntraceableError, RewriteError, CodegenError, LoopRewriteError) as e:
             self._skip(f"families {chosen}: {e}")
             return None
-        self._classes = WorkloadClasses.of(definition, context.workloads)
-        self._baseline_ms = dict(context.incumbent.latencies_ms) if context.incumbent else {}
+        self._classify(context)
+        self._measure_against_incumbent(context)
         self._tried.append({"families": chosen, "label": label, "passed": None})
         n = len(self._tried)
         exact = "bit-exact" if is_exact else "same function, rounding may differ"
@@ -234,13 +227,12 @@ class RewriteAgent(Agent):
             entry["passed"] = bool(result.passed)
         label = str(entry["label"]) if entry else "unknown rewrites"
         families = [str(f) for f in entry["families"]] if entry else []  # type: ignore[attr-defined]
-        effect = effect_by_class(result.per_workload, self._classes, self._baseline_ms)
-        overall = geomean(list(effect.values()))
+        effect, overall = self._effect(result)
         n = len(result.per_workload)
         kind = "source rewrite" if set(families) <= set(SOURCE) else "fx rewrite"
         head = f"{kind} of the reference ({label})"
         if result.passed:
-            score = f"{result.score:.2f}x" if result.score is not None else "unmeasured speedup"
+            score = score_text(result, "unmeasured speedup")
             claim = f"{head}: passed, {score} over eager on {n}/{n} workloads"
             if self._baseline_ms and overall is not None:
                 claim += f"; {overall:.2f}x vs own previous best"
@@ -252,26 +244,17 @@ class RewriteAgent(Agent):
                 claim += "; next: each rewrite family alone"
         if result.stage == "screen":
             claim += " (screening stage only)"
-        return conclusion_of(
-            self,
-            result,
-            claim=claim,
-            effect=effect,
-            tags=("rewrite", *families),
-            outcome=outcome_of(result, overall),
-        )
+        return self._conclude(result, claim, effect, ("rewrite", *families), overall)
 
     # ------------------------------------------------------------------ state
-    def state(self) -> dict[str, object]:
+    def _state(self) -> dict[str, object]:
         return {
             "skipped": self.skipped,
             "families": list(self._families) if self._families is not None else None,
             "tried": [dict(t) for t in self._tried],
-            "baseline_ms": dict(self._baseline_ms),
-            "classes": self._classes.to_state(),
         }
 
-    def restore(self, state: dict[str, object]) -> None:
+    def _restore(self, state: dict[str, object]) -> None:
         skipped, families = state.get("skipped"), state.get("families")
         tried = state.get("tried", [])
         if skipped is not None and not isinstance(skipped, str):
@@ -282,8 +265,6 @@ class RewriteAgent(Agent):
             raise ValueError(f"rewrite agent state: bad 'families' {families!r}")
         if not isinstance(tried, list):
             raise ValueError("rewrite agent state: 'tried' must be a list")
-        baseline = ms_by_uuid(state.get("baseline_ms", {}), "rewrite agent", "'baseline_ms'")
-        classes = WorkloadClasses.from_state(state.get("classes", {}), "rewrite agent")
         checked: list[dict[str, object]] = []
         for t in tried:
             if not isinstance(t, dict) or set(t) != {"families", "label", "passed"}:
@@ -297,8 +278,6 @@ class RewriteAgent(Agent):
         self.skipped = skipped
         self._families = [str(f) for f in families] if families is not None else None
         self._tried = checked
-        self._baseline_ms = baseline
-        self._classes = classes
 
 
 __all__ = ["ENTRY", "RewriteAgent"]
