@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kernelarc.roofline.flops import count_workload
+from kernelarc.roofline.profiles import get_profile
+from kernelarc.roofline.score import t_sol_ms
+
 
 def workload_bounds(
     definition: Any, workloads: Sequence[Any], device: str, profile_name: str | None = None
@@ -14,10 +18,6 @@ def workload_bounds(
     device, a workload that cannot be counted on meta or small CPU tensors (data-dependent
     shapes too big for the CPU) is counted on real GPU tensors in this process
     (``count_workload(..., gpu_fallback=True)``)."""
-    from kernelarc.roofline.flops import count_workload
-    from kernelarc.roofline.profiles import get_profile
-    from kernelarc.roofline.score import t_sol_ms
-
     name = profile_name or ("local-cuda" if device.startswith("cuda") else "cpu")
     warnings: list[str] = []
     try:

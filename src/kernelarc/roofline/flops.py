@@ -26,22 +26,22 @@ process (:func:`run_counted_in_child`: the caller keeps no GPU memory), else on 
 with every data-dependent scalar read replaced by a placeholder (1 / 1.0 / True; recorded in
 ``notes``); when that fails too, the cost has ``flops_by_class=None`` and a ``reason``.
 Real-tensor inputs come from ``problem.inputs.generate_inputs`` (seed 200; safetensors
-inputs are generated, not loaded) when that module is present, else from a minimal generator
-(the custom entrypoint, or floats ~ N(0,1), integers and bools 0); data-dependent counts
-(e.g. MoE routing) reflect those values. Not covered: higher-order ops (``cond``, flex
-attention), Triton kernels called by a reference. See ``docs/ROOFLINE.md``.
+inputs are generated, not loaded); data-dependent counts (e.g. MoE routing) reflect those
+values. Not covered: higher-order ops (``cond``, flex attention), Triton kernels called by a
+reference. See ``docs/ROOFLINE.md``. torch is imported by the functions that count, so
+importing this module stays cheap.
 """
 
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from pydantic import BaseModel, Field
 
 from kernelarc.problem.axes import resolve_axes, resolve_shape
+from kernelarc.problem.inputs import generate_inputs
+from kernelarc.problem.lowbit import DTYPE_BYTES, torch_dtype_of
 from kernelarc.problem.schema import (
     Definition,
     DType,
@@ -51,30 +51,13 @@ from kernelarc.problem.schema import (
     Workload,
 )
 
+if TYPE_CHECKING:
+    import torch
+
 CPU_LIMIT_BYTES = 64 * 2**20
 #: Seed of real-tensor runs (the official generator's seed).
 SEED = 200
 Method = Literal["meta", "cpu", "cuda", "meta-placeholders", "none"]
-
-_TORCH_DTYPE: dict[DType, torch.dtype] = {
-    DType.float64: torch.float64,
-    DType.float32: torch.float32,
-    DType.float16: torch.float16,
-    DType.bfloat16: torch.bfloat16,
-    DType.float8_e4m3fn: torch.float8_e4m3fn,
-    DType.float8_e5m2: torch.float8_e5m2,
-    DType.float4_e2m1: torch.uint8,  # no torch dtype: one code per byte
-    DType.float4_e2m1fn_x2: torch.float4_e2m1fn_x2,
-    DType.int64: torch.int64,
-    DType.int32: torch.int32,
-    DType.int16: torch.int16,
-    DType.int8: torch.int8,
-    DType.uint8: torch.uint8,
-    DType.bool: torch.bool,
-}
-_ITEMSIZE: dict[DType, int] = {
-    d: torch.empty(0, dtype=t).element_size() for d, t in _TORCH_DTYPE.items()
-}
 
 #: Width order of dtype classes: a mixed-operand op runs at its widest operand's rate.
 _CLASS_RANK = {"fp4": 0, "fp8": 1, "bf16": 2, "tf32": 3, "fp32": 4, "fp64": 5}
@@ -121,6 +104,8 @@ class WorkloadCost(BaseModel):
 
 def dtype_class(dtype: torch.dtype) -> str:
     """The dtype class whose rate a matmul operand of this dtype runs at."""
+    import torch
+
     if dtype == torch.float64:
         return "fp64"
     if dtype == torch.float32:
@@ -146,12 +131,14 @@ def tensor_bytes(definition: Definition, env: dict[str, int]) -> tuple[dict[str,
             n = 1
             for d in shape:
                 n *= d
-            sizes[f"{prefix}:{name}"] = n * _ITEMSIZE[spec.dtype]
-            totals[i] += n * _ITEMSIZE[spec.dtype]
+            sizes[f"{prefix}:{name}"] = n * DTYPE_BYTES[spec.dtype]
+            totals[i] += n * DTYPE_BYTES[spec.dtype]
     return sizes, totals[0], totals[1]
 
 
 def _classify(op: str, args: tuple[Any, ...]) -> tuple[str, float]:
+    import torch
+
     idx = _OPERANDS.get(op, _DEFAULT_OPERANDS if op.startswith(_ATTENTION_PREFIXES) else (0, 1))
     operands = [args[i] for i in idx if i < len(args) and isinstance(args[i], torch.Tensor)]
     if not operands:
@@ -163,6 +150,7 @@ def _classify(op: str, args: tuple[Any, ...]) -> tuple[str, float]:
 
 def _device_redirect(device: str) -> Any:
     """A TorchFunctionMode that moves tensors a reference puts on ``cuda`` to ``device``."""
+    import torch
     from torch.overrides import TorchFunctionMode
 
     target = torch.device(device)
@@ -189,6 +177,7 @@ def _device_redirect(device: str) -> Any:
 
 
 def _counter_mode(placeholders: bool) -> Any:
+    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import flop_registry
 
@@ -244,34 +233,15 @@ def _placeholder_scalar(spec: TensorSpec) -> bool | int | float:
     return 0.5 if spec.dtype.is_float else 1
 
 
-def _synthetic(
-    spec: TensorSpec, shape: tuple[int, ...], device: str, gen: torch.Generator
-) -> torch.Tensor:
-    dt = _TORCH_DTYPE[spec.dtype]
-    if spec.dtype == DType.float4_e2m1fn_x2:
-        raw = torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen)
-        return raw.view(dt).to(device)
-    if spec.dtype.is_float and spec.dtype != DType.float4_e2m1:
-        x = torch.randn(shape, generator=gen)
-        if dt.itemsize == 1:
-            x = x.clamp(-2, 2)
-        return x.to(device=device, dtype=dt)
-    return torch.zeros(shape, dtype=dt, device=device)
-
-
 def _generated_inputs(
     definition: Definition,
     workload: Workload,
     device: str,
     module: types.ModuleType,
     notes: list[str],
-) -> list[Any] | None:
-    """Real inputs from ``problem.inputs.generate_inputs`` when that module is present
-    (it makes valid index tensors); safetensors inputs are generated instead of loaded."""
-    try:
-        from kernelarc.problem.inputs import generate_inputs
-    except ImportError:
-        return None
+) -> list[Any]:
+    """Real inputs from ``problem.inputs.generate_inputs`` (it makes valid index tensors);
+    safetensors inputs are generated instead of loaded."""
     blobs = [n for n, s in workload.inputs.items() if isinstance(s, SafetensorsInput)]
     if blobs:
         inputs = {n: RandomInput() if n in blobs else s for n, s in workload.inputs.items()}
@@ -292,19 +262,13 @@ def _build_inputs(
     module: types.ModuleType,
     notes: list[str],
 ) -> list[Any]:
-    scalars = workload.scalar_inputs()
+    """Real inputs on ``device``, or meta tensors of the declared shapes (scalars without
+    a value get placeholders, noted)."""
+    import torch
+
     if device != "meta":
-        real = _generated_inputs(definition, workload, device, module, notes)
-        if real is not None:
-            return real
-    if device != "meta" and workload.is_custom and definition.custom_inputs_entrypoint:
-        fn: Callable[..., dict[str, Any]] = getattr(module, definition.custom_inputs_entrypoint)
-        values = fn({**env, **scalars}, torch.device(device))
-        missing = [n for n in definition.inputs if n not in values]
-        if missing:
-            raise ValueError(f"custom inputs entrypoint did not return {missing}")
-        return [values[n] for n in definition.inputs]
-    gen = torch.Generator().manual_seed(SEED)
+        return _generated_inputs(definition, workload, device, module, notes)
+    scalars = workload.scalar_inputs()
     args: list[Any] = []
     for name, spec in definition.inputs.items():
         shape = resolve_shape(spec.shape, env)
@@ -315,15 +279,7 @@ def _build_inputs(
                 args.append(_placeholder_scalar(spec))
                 notes.append(f"scalar {name} has no value here: placeholder {args[-1]!r} used")
             continue
-        if device == "meta":
-            args.append(torch.empty(shape, dtype=_TORCH_DTYPE[spec.dtype], device="meta"))
-        else:
-            args.append(_synthetic(spec, shape, device, gen))
-    if device != "meta":
-        note = "synthetic input values (floats ~N(0,1), integers and bools 0)"
-        if any(getattr(s, "type", "") == "safetensors" for s in workload.inputs.values()):
-            note += "; safetensors inputs were not loaded"
-        notes.append(note)
+        args.append(torch.empty(shape, dtype=torch_dtype_of(spec.dtype), device="meta"))
     return args
 
 
@@ -335,6 +291,8 @@ def _run_counted(
     placeholders: bool,
     notes: list[str],
 ) -> tuple[dict[str, float], list[OpCount]]:
+    import torch
+
     mode = _counter_mode(placeholders)
     # Input generation and references may seed or draw from torch's global RNG: the
     # caller's RNG state is restored afterwards.
@@ -373,10 +331,9 @@ def run_counted_in_child(
     placeholders: bool = False,
 ) -> tuple[dict[str, float], list[OpCount], list[str]]:
     """A count on real ``device`` tensors in a new (spawned) process: its memory goes back
-    to the driver when the child exits. On the H200, after the same count of L2 025 in the
-    calling process (and ``gc.collect``, ``empty_cache``), that process still had 8.66 GiB
-    in use (what held it was not found), and the guard's workers then ran out of memory.
-    A failure in the child is raised here (a crash of the child as ``BrokenProcessPool``)."""
+    to the driver when the child exits (a count in the calling process can keep GiBs held
+    after ``gc.collect`` and ``empty_cache``, which the guard's workers then lack). A
+    failure in the child is raised here (a crash of the child as ``BrokenProcessPool``)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 

@@ -1,7 +1,7 @@
 """Device profiles: peak FLOP/s per dtype class, DRAM bandwidth, L2 size.
 
 Built-ins: ``B200`` (SOL-ExecBench's SOLAR constants), ``H100`` (datasheet figures at the
-clock SOL-ExecBench locks), ``H200`` (ceilings measured on this project's lent card) and
+clock SOL-ExecBench locks), ``H200`` (ceilings measured on an H200) and
 ``cpu`` (measured once on this host, then cached). ``get_profile(name)`` looks one up by name
 (case-insensitive); ``local-cuda`` maps the visible CUDA device to a built-in.
 
@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from kernelarc.env import cache_dir
 from kernelarc.errors import KernelArcError
 
 #: The dtype classes a matmul's flops are attributed to.
@@ -212,8 +213,6 @@ def _host_hash() -> str:
 
 def cpu_profile_path(cache: Path | None = None) -> Path:
     """Where this host's measured CPU profile is cached."""
-    from kernelarc.env import cache_dir
-
     base = cache if cache is not None else cache_dir()
     return base / "profiles" / f"cpu-{_host_hash()}.json"
 
