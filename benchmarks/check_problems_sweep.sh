@@ -10,7 +10,8 @@
 # OUTDIR/check-N.json and its progress to OUTDIR/check-N.log. Then
 # `python3 benchmarks/check_problems_table.py OUTDIR/check-*.json` prints the merged table.
 set -euo pipefail
-root=$1 out=$2 shards=${3:-6}
+case ${1:-} in -h | --help | "") sed -n '2,11p' "$0" | cut -c3-; [ -n "${1:-}" ]; exit;; esac
+root=$1 out=${2:?usage: check_problems_sweep.sh ROOT OUTDIR [SHARDS] [check-problems options]} shards=${3:-6}
 shift $(( $# >= 3 ? 3 : $# ))
 mkdir -p "$out"
 tmp=$(mktemp -d)

@@ -8,9 +8,9 @@ failed problem (subset, name, category, reason) and the count of problems that r
 
 from __future__ import annotations
 
+import argparse
 import collections
 import json
-import sys
 from pathlib import Path
 
 
@@ -42,4 +42,6 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+", help="the shards' check-N.json files")
+    main(ap.parse_args().files)
