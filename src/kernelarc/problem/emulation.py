@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kernelarc.errors import KernelArcError
 from kernelarc.problem.lowbit import dequantize_e2m1, unpack_fp4x2
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ ROWWISE = "FP8 row-wise scales"
 OTHER = "other"
 
 
-class EmulationError(ValueError):
+class EmulationError(KernelArcError, ValueError):
     """The arguments are not a configuration the native op accepts (or one not emulated)."""
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kernelarc.errors import KernelArcError
 from kernelarc.problem.schema import DType
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ FP8_DTYPES = (DType.float8_e4m3fn, DType.float8_e5m2)
 FP4_DTYPES = (DType.float4_e2m1, DType.float4_e2m1fn_x2)
 
 
-class LowBitError(ValueError):
+class LowBitError(KernelArcError, ValueError):
     """A low-precision conversion cannot be done (bad shape, NaN, missing torch dtype)."""
 
 

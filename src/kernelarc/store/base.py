@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelarc.agents.types import CandidateResult, Conclusion, IncumbentView, Mode
+from kernelarc.errors import KernelArcError
 from kernelarc.problem.schema import Solution, Trace
 
 SCHEMA_VERSION = 1
@@ -53,7 +54,7 @@ class EventRecord(BaseModel):
     at: str
 
 
-class StoreError(RuntimeError):
+class StoreError(KernelArcError, RuntimeError):
     """The store cannot be used (wrong schema version, a different run's directory, ...)."""
 
 
