@@ -2,9 +2,9 @@
 ``timing.pool_shift``): every tensor 64 elements into an allocation of its own, moved to the
 next offset each time the calls wrap around the pool.
 
-Before session 24 the reference worker timed at offset 0 (never moved) while candidates
-were timed 64 elements in; on the H200 the old reference pool read FIB 002's compiled kernel
-0.8-4.1% faster than a candidate's pool (``benchmarks/offset_probe.py``). CPU only: the pool
+A reference timed at offset 0 (never moved) while candidates are timed 64 elements in
+would be favoured: on the H200 such a pool read FIB 002's compiled kernel 0.8-4.1% faster
+than a candidate's pool. CPU only: the pool
 builder, and the reference role's timing loop in a real subprocess, whose reference records
 the storage offset of every input it is timed on.
 """

@@ -69,7 +69,7 @@ def _generated_weights(dev: torch.device) -> torch.Tensor:
 def test_a_small_tensor_holds_a_freed_temporary_unless_it_was_handed_back(
     hand_back: bool,
 ) -> None:
-    """The pattern inferred from L2 025 on an H100 (session 34: its candidate worker held
+    """The pattern inferred from L2 025 on an H100 (its candidate worker held
     8.66 GiB more than its outputs): a small tensor made after the inputs is carved out of
     the generator's freed temporary and keeps all of it reserved. Handed back first
     (what both workers now do after making the inputs), the small tensor gets memory of
@@ -144,8 +144,8 @@ def test_a_compile_is_counted() -> None:
 
 def test_a_traced_frame_is_counted_even_when_dynamo_skips_it() -> None:
     """The collector's trigger: a frame whose graph break in a loop makes Dynamo skip it
-    compiles no graph, yet its first call leaves the cycles (session 36: the GPU tests below
-    failed on an H100 while the trigger was the graph count). The frame count moves once."""
+    compiles no graph, yet its first call leaves the cycles (the GPU tests below
+    fail on an H100 when the trigger is the graph count). The frame count moves once."""
     fn = torch.compile(_loop_with_breaks, dynamic=False, backend="eager")
     x, w = torch.randn(64, 32), torch.randn(32, 8)
     frames, graphs = traced_frames(), compiled_graphs()
@@ -167,7 +167,7 @@ def test_the_collector_frees_what_a_compiling_call_left_in_cycles(
     alive_in, outs = weakref.ref(x), fn(x, w)
     alive_out = weakref.ref(outs[0])
     del x, outs
-    # the CPU (torch 2.13) left both in cycles; an H100 (session 38) only the input, its
+    # the CPU (torch 2.13) left both in cycles; an H100 only the input, its
     # output freed by reference counting: the collector must free whatever is still held
     if alive_in() is None and alive_out() is None:
         pytest.skip("this torch leaves no garbage cycle here: nothing to collect")
@@ -191,7 +191,7 @@ def test_the_collector_stays_idle_without_a_compile_below_a_quarter_of_the_devic
 @on_gpu
 def test_a_timing_loop_collects_after_its_first_call(no_automatic_gc: None) -> None:
     """The first timed call compiles: its outputs, left in cycles, would otherwise sit
-    beside every later call's (the compiled baseline of L2 025 on an H100, session 35:
+    beside every later call's (the compiled baseline of L2 025 on an H100:
     72.8 GiB in use in the reference worker)."""
     fn, x, w = _compiled_on_large_inputs()
     firsts: list[weakref.ref[torch.Tensor]] = []

@@ -5,8 +5,8 @@ Covered, with a real CPU guard and scripted agents (FAKE strategies): the same s
 candidate is judged in full when proposed as a reference point and only screened when not;
 the time rule (``Judge._affordable``), a compiled one's compiling counted once; the compiler
 agent marks torch.compile's baseline of the reference, and nothing else, as one. Not
-covered: the cost on a GPU under a time limit (docs/PERFORMANCE.md, session 26, compares
-the estimate with the full stages of compiled candidates measured there).
+covered: the cost on a GPU under a time limit (the estimate against the full stages of
+compiled candidates measured on a GPU).
 """
 
 from __future__ import annotations

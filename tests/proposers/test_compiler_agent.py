@@ -82,8 +82,8 @@ def test_compiler_compares_bases_with_bases(problem: Problem) -> None:
 
 def test_compiler_compiles_a_former_incumbent_the_current_one_hides(problem: Problem) -> None:
     """When an agent's new incumbent cannot be compiled (a policy around a CUDA graph), its
-    former one (the policy around the reference) is still a base: L1 017, H200, session 14,
-    where the compiler compiled a weaker rewritten graph instead."""
+    former one (the policy around the reference) is still a base (seen on L1 017 on the H200,
+    where the compiler compiled a weaker rewritten graph instead)."""
     from kernelarc.proposers.precision import policy_named, policy_solution
 
     views = board_views(problem)  # precision 2.0 (c3), cuda-graph 3.0, reference 5.0
