@@ -154,15 +154,17 @@ def print_table(results: dict[str, Any]) -> None:
 
 def widest_compile(s: dict[str, Any]) -> tuple[float, str, str] | None:
     """A summary row's speedup over torch.compile over the most workloads it has: (ratio,
-    where from, workloads), or None when it has none."""
+    where from: ``search`` or the benchmark's own ``baseline`` session, workloads), or None
+    when it has none."""
     if s.get("vs_compile_all"):
-        n = s.get("compile_search_n") if s.get("compile_all_from") == "search" else None
-        return float(s["vs_compile_all"]), str(s.get("compile_all_from")), f"{n or 'all'}"
+        searched = s.get("compile_all_from") == "search"
+        n = s.get("compile_search_n") if searched else None
+        return float(s["vs_compile_all"]), "search" if searched else "baseline", f"{n or 'all'}"
     if s.get("vs_compile_search"):
         return float(s["vs_compile_search"]), "search", str(s.get("compile_search_n"))
     if s.get("vs_compile"):
         of = f"/{s['compile_of']}" if s.get("compile_of") else ""
-        return float(s["vs_compile"]), "session", f"{s.get('compile_n')}{of}"
+        return float(s["vs_compile"]), "baseline", f"{s.get('compile_n')}{of}"
     return None
 
 

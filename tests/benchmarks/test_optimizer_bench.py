@@ -86,7 +86,7 @@ def test_merge_prints_the_geomean_of_each_problems_widest_compile_figure(tmp_pat
     out = _run(f)
     assert out.returncode == 0, out.stderr
     line = next(x for x in out.stdout.splitlines() if "each problem's widest figure" in x)
-    assert line.endswith("6.00x over 2/3 problems: P1 search 4, P2 session 2/4"), line
+    assert line.endswith("6.00x over 2/3 problems: P1 search 4, P2 baseline 2/4"), line
 
 
 def test_merge_warns_when_rows_come_from_different_cards(tmp_path: Path) -> None:
