@@ -5,11 +5,9 @@ agent's incumbent (only that agent's own, enforced by :meth:`Board.update`), kee
 last few incumbents each agent replaced (``former``), and handing out immutable, versioned
 snapshots (:class:`~kernelarc.agents.types.BoardSnapshot`).
 
-Why former incumbents: an agent's newer incumbent may be one others cannot build on. L1 017,
-H200, session 14: precision's bf16 policy around the reference (1.81x) was replaced by bf16
-around the CUDA graph of the board's best (2.60x); a CUDA graph cannot be compiled, so the
-compiler found only rewrite's 1.15x graph to compile, where session 13 had compiled the
-policy itself (4.97x).
+Why former incumbents: an agent's newer incumbent may be one others cannot build on
+(a precision policy around a CUDA graph replaces the policy around the reference; a CUDA
+graph cannot be compiled, so the compiler needs the former incumbent to combine with).
 
 Not covered: deciding *whether* a candidate becomes an incumbent (the orchestrator does,
 with ``orchestration/judge.py::significant``: a geomean gain above ``min_gain``),

@@ -57,6 +57,8 @@ from kernelarc.agents.types import (
     Proposal,
     WorkloadResult,
 )
+from kernelarc.guard.build import choose_builder
+from kernelarc.guard.build_base import BuildError
 from kernelarc.problem.loader import Problem
 from kernelarc.problem.schema import Solution
 
@@ -233,8 +235,6 @@ def check_identity(make_agent: AgentFactory, *, listed: bool = True) -> None:
 
 
 def _check_proposal(c: str, problem: Problem, proposal: Any, work: Path) -> None:
-    from kernelarc.guard.build import BuildError, choose_builder
-
     _expect(c, isinstance(proposal, Proposal), f"returned {type(proposal).__name__}, not Proposal")
     sol = proposal.solution
     try:

@@ -14,8 +14,7 @@ shape, dtype, strides and device (tensors) or its type and value (anything else)
    the caller's stream, inside the call the guard times, and replays the graph there. No
    stale input is ever replayed. The copies go as one ``torch._foreach_copy_`` (one
    multi-tensor kernel where dtypes and layouts allow): on a small workload the separate
-   copies' launches cost more than their data (H200, L1 017 at 1 token, 2026-12-01: 0.24
-   ms a call for ~0.11 ms of GPU work, 11 separate device copies among it).
+   copies' launches cost more than their data.
 3. Non destination-passing: the caller gets fresh tensors (copies of the static outputs,
    with ``clone``'s layout), so no output aliases an input or a buffer that the next call
    overwrites. Destination passing: the static outputs are copied into the caller's
@@ -262,8 +261,8 @@ def graph_solution(base: Solution, definition: Definition, *, name: str, what: s
 
 def replays_graphs(solution: Solution) -> bool:
     """Whether ``solution`` holds this agent's wrapper already (another agent built on a
-    graph wrap): a graph's replay cannot be captured in a graph again. On an H100 (L1 017,
-    session 35) the wrap of precision's bf16 autocast over a graph wrap failed at capture."""
+    graph wrap, e.g. a precision policy around a graph wrap): a graph's replay cannot be
+    captured in a graph again, the capture fails."""
     return any(PurePosixPath(s.path).name.startswith(GRAPH_STEM) for s in solution.sources)
 
 

@@ -11,7 +11,7 @@ of compute capability 9.x the product runs as ``torch.nn.functional.scaled_mm`` 
 or DeepSeek-style blockwise (1x128 activations with 128x128 or 1x128 weights), scales
 re-laid out as torch expects (1x128: ``[M, K/128]`` outer-dim-major; 128x128:
 ``[round_up(K/128, 4), N/128]`` K-major). The dense product of FP8 tensor cores is twice
-bf16's on an H200, and the float32 dequantised copies of both operands are never written.
+bf16's on Hopper GPUs, and the float32 dequantised copies of both operands are never written.
 
 Self-validation, because the scale layouts are easy to get wrong and a wrong one gives
 plausible numbers: the first call per (shapes, recipes, dtypes, device) in a process also
@@ -23,10 +23,10 @@ judges the result as for any candidate. The replaced method is excluded from
 ``torch.compile`` (``torch.compiler.disable``): when the compiler agent compiles this
 candidate, Inductor fuses the quantisation around an eager GEMM call.
 
-Covered: references that inline that helper (22 of the 156 dev problems) and call it with
-one of the recipes above (the 11 FP8 ones). Not covered: NVFP4/MX recipes (BlockWise1x16/
-1x32, Blackwell hardware), 128x128 activations, FP8 GEMMs written by hand, and devices
-other than sm90 (the replaced method falls back to the emulation there: no gain).
+Covered: references that inline that helper and call it with one of the recipes above.
+Not covered: NVFP4/MX recipes (BlockWise1x16/1x32, Blackwell hardware), 128x128
+activations, FP8 GEMMs written by hand, and devices other than sm90 (the replaced method
+falls back to the emulation there: no gain).
 """
 
 from __future__ import annotations

@@ -255,8 +255,8 @@ def fits_beside_guard(
     definition: Definition, workloads: Sequence[Workload], total: int
 ) -> str | None:
     """None when the tuning run fits on a device of ``total`` bytes beside the guard's
-    workers, else why not. On the H200, L2 025 (25.7 GB of inputs per workload): the tuning
-    run beside the guard ran the device out of memory, and the guard's checks with it."""
+    workers, else why not: a tuning run that does not fit runs the device out of memory, and
+    the guard's checks with it."""
     largest = max((estimate_input_bytes(definition, w) for w in workloads), default=0)
     if INPUT_SETS_ON_DEVICE * largest <= total:
         return None

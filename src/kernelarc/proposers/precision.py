@@ -355,8 +355,8 @@ class PrecisionAgent(BuiltinAgent, Rebasing):
         """The pending policy on the reference, made before another agent's incumbent reached
         the board, replaced by the same policy on that incumbent (the policy on the
         reference is put back in the plan, to be tried later). Anything else is judged as
-        it is. On the H200 (2026-12-03, L2 025) TF32 on the reference was judged before TF32
-        on the new grouped-loop incumbent, and the 240 s limit cut the combination."""
+        it is: under a time limit the combination with the better base should not wait
+        behind the policy on the reference."""
         pending = self._pending
         if self._stopped or pending is None or pending["base"] != REFERENCE_BASE:
             return None

@@ -47,15 +47,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernelarc.guard.build import choose_builder, load_entry
+from kernelarc.guard.build_base import kill_process_tree
+from kernelarc.problem.axes import resolve_axes, resolve_shape
+from kernelarc.problem.inputs import generate_inputs, torch_dtype
 from kernelarc.problem.schema import Definition, Solution, Workload
 
 #: The share of the device's memory the tuning subprocess may hold (PyTorch's caching
 #: allocator is capped there: an allocation beyond it fails in the tuning, which goes on
 #: with the next workload). The guard's reference and candidate workers judge on the same
-#: device meanwhile and keep the rest. On an H100 (80 GB), during a search on L2 002 (whose
-#: largest workloads take tens of GB of attention temporaries), a judged candidate ran out
-#: of memory with 42 GiB held by other processes, most likely the uncapped tuning, and was
-#: failed for it.
+#: device meanwhile and keep the rest: an uncapped tuning of a problem with large
+#: temporaries can take the memory a judged candidate needs, which then fails.
 TUNING_MEMORY_SHARE = 0.25
 
 EXIT_BAD_JOB = 2
@@ -222,8 +224,6 @@ def _child_env() -> dict[str, str]:
 def run_tuning(job: TuningJob, work_dir: Path, timeout_s: float) -> TuningRun:
     """Run the tuning subprocess on ``job`` (its paths should lie in ``work_dir``), killing
     its whole process tree after ``timeout_s``."""
-    from kernelarc.guard.build_base import kill_process_tree
-
     work_dir.mkdir(parents=True, exist_ok=True)
     job_path = work_dir / "job.json"
     job_path.write_text(job.model_dump_json(), encoding="utf-8")
@@ -286,9 +286,6 @@ def _emit(event: str, **fields: Any) -> None:
 def _outputs(definition: Definition, workload: Workload, device: str) -> list[Any]:
     import torch
 
-    from kernelarc.problem.axes import resolve_axes, resolve_shape
-    from kernelarc.problem.inputs import torch_dtype
-
     env = resolve_axes(definition, workload)
     return [
         torch.empty(
@@ -335,8 +332,6 @@ def main(argv: list[str]) -> int:
         return EXIT_BAD_JOB
     try:
         job = TuningJob.model_validate_json(Path(argv[0]).read_text(encoding="utf-8"))
-        from kernelarc.guard.build import choose_builder, load_entry
-
         build_dir = Path(job.build_dir)
         artifact = choose_builder(job.solution).build(
             job.solution,
@@ -355,8 +350,6 @@ def main(argv: list[str]) -> int:
         return EXIT_NO_TUNABLEOP
 
     import torch
-
-    from kernelarc.problem.inputs import generate_inputs
 
     device = torch.device(job.device)
     if device.index is None:  # the cap below needs an index ("cuda" alone raises there)

@@ -28,11 +28,10 @@ from kernelarc.proposers.rewrite.graph import (
     single_use,
     unary_input,
 )
+from kernelarc.proposers.rewrite.trace import Facts
 
 if TYPE_CHECKING:
     import torch.fx
-
-    from kernelarc.proposers.rewrite.trace import Facts
 
 _REL = 1e-5
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

@@ -14,18 +14,16 @@ draft request the agent has no other approach: it proposes its next planned set.
 
 The reference is traced with the workloads known (:mod:`.trace`): Python control flow on
 shapes (asserts, shape unpacking, branches every workload takes alike) is evaluated, so
-98 of the 156 dev references trace and 32 get a rewrite that gains (2026-12-01, with the
-workloads' scalar values; 84 and 26 with the plain fx trace).
+far more references trace than with the plain fx trace.
 
 A reference that does not trace, or gains nothing from the fx families, may still loop over
 experts asking ``torch.where(mask[i])`` in every iteration. Two source rewrites then apply,
 as alternatives (the first that passes ends the plan): ``grouped`` (:mod:`.grouped`) replaces
 the loop by one ``vmap`` of its body over all experts (batched GEMMs, rows padded to the
 largest expert; same function, rounding may differ), and ``loops`` (:mod:`.loops`, exact)
-computes all iterations' indices with one device wait. Of the 156 dev references, grouped
-applies to 7 (L2 008, 010, 013, 025, 047, 048, 061; 010 and 061 loop over the experts that
-have tokens, 047 selects rows with a boolean mask, 048 walks expert-sorted tokens in
-segments: :mod:`.segments`), loops to 3 (008, 013, 025). Not covered:
+computes all iterations' indices with one device wait. Grouped also covers loops over the
+experts that have tokens, rows selected by a boolean mask, and expert-sorted tokens walked
+in segments (:mod:`.segments`). Not covered:
 rewriting other agents' candidates, FP8 ``_scaled_mm`` (see :mod:`.rewrites`).
 """
 
@@ -75,10 +73,9 @@ _HYPOTHESIS_GROUPED = (
 GROUPED_PRIORITY = 40
 """A grouped-loop proposal is judged before the precision agent's lead policy (35) when ready
 together: batching an expert loop is a structural win the precision agent then stacks on
-(it wraps the board's best), and under a time limit there is room for about three full
-judgements of such a problem (H200, 2026-12-03, L2 025 at 2048/6144 tokens in one process:
-reference 176/277 ms, grouped 119/224 ms, grouped with TF32 51/74 ms; TF32 on the reference
-was judged first and the grouped candidate's full stage was cut by the 240 s limit)."""
+(it wraps the board's best); under a time limit an expert-loop problem leaves room for only
+a few full judgements, and the policy on the unbatched reference should not take one of
+them first."""
 
 
 class RewriteAgent(BuiltinAgent):

@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from kernelarc.proposers.rewrite.casts import cast_target
 from kernelarc.proposers.rewrite.graph import Site, arg, binary, commuted, kind, single_use
+from kernelarc.proposers.rewrite.trace import Facts
 
 if TYPE_CHECKING:
     import torch.fx
-
-    from kernelarc.proposers.rewrite.trace import Facts
 
 
 @dataclass

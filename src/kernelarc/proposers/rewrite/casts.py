@@ -24,12 +24,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kernelarc.proposers.rewrite.graph import Site, aliases_input, has_inplace, kind
+from kernelarc.proposers.rewrite.trace import Facts
 
 if TYPE_CHECKING:
     import torch
     import torch.fx
-
-    from kernelarc.proposers.rewrite.trace import Facts
 
 _METHOD_DTYPES = {
     "float": "float32",

@@ -41,8 +41,7 @@ and the candidate with it. Not covered: masks built otherwise in the loop (``.an
 an expression, ``nonzero`` of a comparison), bodies that call ``.item()``, nested expert
 loops, expert modules (``nn.Module`` lists). A loop this form refuses is tried in the
 sorted-segment form (:mod:`.segments`: contiguous row segments of expert-sorted tokens,
-``torch.cat`` of the per-expert outputs). Of the 156 dev references the two forms batch 7
-(L2 008, 010, 013, 025, 047, 061; 048 in the segment form).
+``torch.cat`` of the per-expert outputs).
 """
 
 from __future__ import annotations

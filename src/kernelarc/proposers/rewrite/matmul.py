@@ -29,12 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from kernelarc.proposers.rewrite.casts import cast_target
 from kernelarc.proposers.rewrite.graph import Site
+from kernelarc.proposers.rewrite.trace import Facts
 
 if TYPE_CHECKING:
     import torch
     import torch.fx
-
-    from kernelarc.proposers.rewrite.trace import Facts
 
 #: View operations that may sit between the cast and the matmul (replayed on the half
 #: tensor): method names, and the torch functions with the same meaning.

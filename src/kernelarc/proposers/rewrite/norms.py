@@ -34,11 +34,10 @@ from kernelarc.proposers.rewrite.graph import (
     single_use,
     unary_input,
 )
+from kernelarc.proposers.rewrite.trace import Facts
 
 if TYPE_CHECKING:
     import torch.fx
-
-    from kernelarc.proposers.rewrite.trace import Facts
 
 
 def _last_dim_size(x: Any, facts: Facts) -> int | None:

@@ -10,9 +10,9 @@ makes two passes (a fusion can expose a fold), re-propagating facts after every 
 and finally checks on meta tensors that every workload's outputs keep their shapes and
 dtypes; a mismatch is a :class:`RewriteError` (a bug in a pattern, never silently proposed).
 
-Not covered: FP8 ``_scaled_mm`` (no pattern yet; since shape control flow is evaluated
-during tracing, 8 of the 22 Quant references trace, Quant 001 among them) and MoE grouped
-GEMM (the expert loops are data-dependent: still untraceable), concatenating GEMMs that
+Not covered: FP8 ``_scaled_mm`` (no pattern; the ``fp8-gemm`` agent replaces the FP8
+helper's GEMM instead) and MoE grouped GEMM (the expert loops are data-dependent, hence
+untraceable: :mod:`.grouped` rewrites their source), concatenating GEMMs that
 share an input (that copies weights on every call).
 """
 

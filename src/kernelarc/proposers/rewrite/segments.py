@@ -42,7 +42,7 @@ non-negative ints, a segmented ``X`` has not ``sum(counts)`` rows, a ``W`` has f
 Not exact: batched GEMMs round differently. The body must be row-wise: one that mixes
 rows (``h.sum(0)``, ``h.shape[0]``) sees the padding rows; the guard judges. Not covered:
 segments by ``torch.split`` or offsets, ``start`` not 0, ``.item()`` in the body, expert
-modules (DeepSeek's ``self.experts[i]``). Of the dev references it batches L2 048.
+modules (DeepSeek's ``self.experts[i]``).
 """
 
 from __future__ import annotations

@@ -37,7 +37,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kernelarc.problem.axes import AxisError, resolve_axes, resolve_shape
+from kernelarc.problem.axes import resolve_axes, resolve_shape
+from kernelarc.problem.expressions import AxisError
+from kernelarc.problem.inputs import load_reference_module, torch_dtype
 from kernelarc.problem.schema import Definition, Workload
 
 if TYPE_CHECKING:
@@ -140,8 +142,6 @@ def trace_reference(
     ``workloads`` (and their scalar inputs' values), Python control flow on shapes (and on
     the known scalars) is evaluated on them."""
     import torch.fx
-
-    from kernelarc.problem.inputs import load_reference_module
 
     unknown = [d for d in run_decorators(definition.reference) if d not in KNOWN_DECORATORS]
     if unknown:
@@ -315,8 +315,6 @@ def meta_inputs(
     """Meta tensors for one workload's axes, in input order; scalar inputs take their value
     from ``scalars`` where given, else a neutral stand-in."""
     import torch
-
-    from kernelarc.problem.inputs import torch_dtype
 
     try:
         env = resolve_axes(definition, Workload(uuid="rewrite-probe", axes=axes))
