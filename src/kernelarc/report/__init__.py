@@ -10,6 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelarc.errors import KernelArcError
+from kernelarc.orchestration.rundir import write_atomic
+from kernelarc.report.markdown import render
+from kernelarc.report.plot import PlotUnavailable, draw
+from kernelarc.report.trajectory import read_run
+from kernelarc.store.base import StoreError
+from kernelarc.store.sqlite import SQLiteStore
+
 REPORT = "report.md"
 PICTURE = "trajectory.png"
 
@@ -25,14 +33,6 @@ class Written:
 def write_report(run_dir: Path, out: Path | None = None) -> Written:
     """Write the report of the run in ``run_dir`` to ``out`` (default ``RUN_DIR/report.md``)
     and its picture beside it. Raises ``KernelArcError`` when ``run_dir`` holds no run."""
-    from kernelarc.errors import KernelArcError
-    from kernelarc.orchestration.rundir import write_atomic
-    from kernelarc.report.markdown import render
-    from kernelarc.report.plot import PlotUnavailable, draw
-    from kernelarc.report.trajectory import read_run
-    from kernelarc.store.base import StoreError
-    from kernelarc.store.sqlite import SQLiteStore
-
     path = run_dir / "store.sqlite"
     if not path.exists():
         raise KernelArcError(f"{run_dir} is not a run directory (no store.sqlite)")

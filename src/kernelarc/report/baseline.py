@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from kernelarc.proposers.compiler import BASELINE, reference_description, variant_named
 from kernelarc.store.base import Store
 
 
@@ -54,8 +55,6 @@ def compile_baseline(store: Store, chosen: str) -> CompileBaseline | None:
     """The run's judging of torch.compile's baseline beside candidate ``chosen`` (the one
     handed over, or the one its confirmation judged again); None when the run never
     proposed the baseline."""
-    from kernelarc.proposers.compiler import BASELINE, reference_description, variant_named
-
     want = reference_description(variant_named(BASELINE))
     for cand in store.candidates():
         if cand.agent != "compiler" or cand.solution.description != want:

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from kernelarc.orchestration.judge import TIME_LIMIT, geomean
+from kernelarc.maths import geomean
+from kernelarc.orchestration.judge import TIME_LIMIT
 from kernelarc.report.trajectory import RunReport
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from kernelarc.agents.types import Conclusion, WorkloadResult
+from kernelarc.orchestration.finish import run_status
 from kernelarc.report.baseline import CompileBaseline, compile_baseline
 from kernelarc.store.base import Store
 
@@ -86,8 +87,6 @@ def _seconds(at: str, start: datetime) -> float:
 
 def read_run(store: Store, run_dir: Path) -> RunReport:
     """Everything the report shows, from ``store`` (the run in ``run_dir``)."""
-    from kernelarc.orchestration.finish import run_status
-
     summary = run_status(store, run_dir)
     events = store.events()
     config_events = [e for e in events if e.kind == "run_config"]
