@@ -412,10 +412,8 @@ def test_finish_routes_each_dispatch_key_to_its_fastest_candidate() -> None:
     """Workloads (1, 256) and (2, 128) are one dispatch key: both go to the candidate with
     the lower geomean over the two (B: 1 and 4 ms vs A: 3 and 3 ms), although A is faster
     on one of them; (2, 256) goes to its own fastest (A)."""
-    from types import SimpleNamespace
-
     from kernelarc.agents.types import CandidateResult, WorkloadResult
-    from kernelarc.orchestration.finish import _winners
+    from kernelarc.orchestration.finish import winners
     from kernelarc.store.base import CandidateRecord, EvaluationRecord
 
     d = _definition(
@@ -458,8 +456,7 @@ def test_finish_routes_each_dispatch_key_to_its_fastest_candidate() -> None:
         passed("A", {"a": 3.0, "b": 3.0, "c": 1.0}),
         passed("B", {"a": 1.0, "b": 4.0, "c": 2.0}),
     ]
-    orch = SimpleNamespace(problem=SimpleNamespace(definition=d, workloads=wls))
-    got = {u: rec.id for u, rec in _winners(orch, passes).items()}  # type: ignore[arg-type]
+    got = {u: rec.id for u, rec in winners(d, wls, passes).items()}
     assert got == {"a": "B", "b": "B", "c": "A"}
 
 

@@ -189,8 +189,6 @@ def test_no_composition_starts_with_less_time_left_than_its_parts_took(
     """Under a time limit the composition is skipped, with an event saying why, when less
     time is left than the longest judgement of its parts (it would overrun the limit and be
     cut); with enough left it is judged."""
-    from kernelarc.orchestration.finish import finish
-
     first = compose_run
     assert len(first.payloads("composition")) == 1, first.describe()
     a_id, b_id = first.ids("A")[0], first.ids("B")[0]
@@ -199,14 +197,14 @@ def test_no_composition_starts_with_less_time_left_than_its_parts_took(
     store = SQLiteStore(run_dir / "store.sqlite")
     try:
         orch = Orchestrator(problem, split_agents("c"), config, RunDir(run_dir), store, guard, {})
-        orch.started -= 80.0  # 20 s of the 100 s left
-        orch.full_s.update({a_id: 50.0, b_id: 1.0})
-        finish(orch)
+        orch.clock.started -= 80.0  # 20 s of the 100 s left
+        orch.state.full_s.update({a_id: 50.0, b_id: 1.0})
+        orch.finisher.finish()
         skipped = [e.payload for e in store.events() if e.kind == "composition_skipped"]
         assert len(skipped) == 1 and "s left, under the 50 s its parts took" in skipped[0]["why"]
         assert len([e for e in store.events() if e.kind == "composition"]) == 1, "none new"
-        orch.full_s.update({a_id: 5.0})
-        finish(orch)
+        orch.state.full_s.update({a_id: 5.0})
+        orch.finisher.finish()
         assert len([e for e in store.events() if e.kind == "composition"]) == 2
     finally:
         store.close()
@@ -221,30 +219,29 @@ def test_a_stop_signal_while_the_composition_is_planned_waits_for_the_next_judge
 ) -> None:
     """Only the composition's judgement is cut by a stop signal: one that comes while the
     composition is planned waits, here (nothing worth judging, no confirmation) until the
-    handover. It used to cut the planning, so a signal meant for the confirmation was
-    recorded against a composition that would not have run (CI of ``bdebc51``)."""
+    handover: a signal meant for the confirmation is not recorded against a composition
+    that would not have run."""
     import os
     import signal
 
-    from kernelarc.orchestration import compose
-    from kernelarc.orchestration.finish import finish
+    from kernelarc.orchestration import finish
 
     def signalled(*args: object) -> float:
         os.kill(os.getpid(), signal.SIGTERM)
         return 1.0  # no gain: skipped
 
-    monkeypatch.setattr(compose, "predicted_gain", signalled)
+    monkeypatch.setattr(finish, "predicted_gain", signalled)
     config = run_config(problem, ["A", "B"], budget=2)
     store = SQLiteStore(resumable_copy(compose_run, tmp_path) / "store.sqlite")
     orch = Orchestrator(
         problem, split_agents("c"), config, RunDir(tmp_path / "run"), store, guard, {}
     )
-    orch.sigint.install()
+    orch.events.sigint.install()
     try:
-        finish(orch)
+        orch.finisher.finish()
         kinds = [(e.kind, e.payload.get("during")) for e in store.events()[-3:]]
     finally:
-        orch.sigint.uninstall()
+        orch.events.sigint.uninstall()
         store.close()
     assert kinds == [("composition_skipped", None), ("best", None), ("interrupted", "handover")]
 

@@ -42,7 +42,6 @@ from kernelarc.orchestration.finish import COMPOSER
 from kernelarc.orchestration.judge import TIME_LIMIT
 from kernelarc.orchestration.orchestrator import Orchestrator
 from kernelarc.orchestration.rundir import RunDir
-from kernelarc.orchestration.schedule import judging_order, warn_if_full_too_slow
 from kernelarc.problem.loader import Problem
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.scripted import ScriptedAgent
@@ -259,9 +258,9 @@ def test_under_a_time_limit_building_on_another_agents_best_goes_first(
     try:
         cfg = run_config(problem, ["A", "B", "C"], time_limit_s=240.0)
         orch = Orchestrator(problem, [a, b, c], cfg, RunDir(tmp_path), store, guard, {})
-        orch.board.update(incumbent_view("C", "c-best", 3.0, rms("cb")), owner="C")
-        orch.board.update(incumbent_view("B", "b-own", 2.0, rms("bo")), owner="B")
-        assert orch.board.best() == ("C", "c-best")
+        orch.state.board.update(incumbent_view("C", "c-best", 3.0, rms("cb")), owner="C")
+        orch.state.board.update(incumbent_view("B", "b-own", 2.0, rms("bo")), owner="B")
+        assert orch.state.board.best() == ("C", "c-best")
 
         compiled = rms("xc")
         compiled.sources[0].content += "\n# torch.compile(run) would go here\n"
@@ -275,8 +274,8 @@ def test_under_a_time_limit_building_on_another_agents_best_goes_first(
         def first(a_parent: str | None, b_parent: str | None, b_compiles: bool = False) -> str:
             b_sol = compiled if b_compiles else None
             keys = {
-                "A": judging_order(orch, "A", ready(a_parent), 0.0),
-                "B": judging_order(orch, "B", ready(b_parent, b_sol), 0.0),
+                "A": orch.schedule.judging_order("A", ready(a_parent), 0.0),
+                "B": orch.schedule.judging_order("B", ready(b_parent, b_sol), 0.0),
             }
             return min(keys, key=lambda n: keys[n])
 
@@ -285,10 +284,10 @@ def test_under_a_time_limit_building_on_another_agents_best_goes_first(
         assert first(None, None, b_compiles=True) == "A", "expensive and not on the best"
         assert first("c-best", None) == "A"
         assert first(None, "b-own") == "A"  # B's own line: priority decides
-        orch.board.update(incumbent_view("B", "b-own", 4.0, rms("bo")), owner="B")
+        orch.state.board.update(incumbent_view("B", "b-own", 4.0, rms("bo")), owner="B")
         assert first(None, "b-own") == "A", "B's own incumbent is the best: not a combination"
-        orch.config = cfg.model_copy(update={"time_limit_s": None})
-        orch.board.update(incumbent_view("B", "b-own", 1.0, rms("bo")), owner="B")
+        orch.schedule.config = cfg.model_copy(update={"time_limit_s": None})
+        orch.state.board.update(incumbent_view("B", "b-own", 1.0, rms("bo")), owner="B")
         assert first(None, "c-best") == "A"  # no time limit: priority
     finally:
         store.close()
@@ -325,8 +324,7 @@ def test_after_a_new_best_the_pick_waits_briefly_for_a_proposal_built_on_it(
     """C's solution (priority 50) is judged first and becomes the board's best. A's second
     proposal, of its own line, is ready at once; B's, built on C's best, takes 0.5 s. Under
     a time limit the pick waits for it (up to ``ON_BEST_WAIT_S``), so B's is judged before
-    A's; with no wait, A's goes first, as on the H100 when the CUDA graph of a new best came
-    too late (``schedule.gather_on_best``)."""
+    A's; with no wait, A's goes first (``Scheduler.gather_on_best``)."""
     monkeypatch.setattr(schedule, "ON_BEST_WAIT_S", wait_s)
     c = Leading([rms("oc")], name="C")
     a = ScriptedAgent(fails("oa", 3), name="A")
@@ -350,23 +348,23 @@ def test_time_is_kept_for_the_composition_once_it_is_possible(
     uuids = [w.uuid for w in problem.workloads]
     try:
         orch = Orchestrator(problem, [a], config, RunDir(tmp_path), store, guard, {})
-        assert orch.reserve() == 0.0
-        orch.full_s["c1"] = 30.0
-        orch.full_ms["c1"] = {u: 1.0 + (i % 2) for i, u in enumerate(uuids)}
-        assert orch.reserve() == 0.0  # one full pass: nothing to compose yet
-        orch.full_s["c2"] = 12.0
-        orch.screen_cost.update({"c1": 5.0, "c2": 30.0})  # reserve: max(30 + 5, 12 + 30)
-        orch.full_ms["c2"] = {u: 2.0 - (i % 2) for i, u in enumerate(uuids)}  # the other half
-        assert orch.reserve() == 42.0
-        orch.full_ms["c2"] = {u: v * 1.01 for u, v in orch.full_ms["c1"].items()}
-        assert orch.reserve() == 0.0  # c1 wins everywhere: nothing to compose
-        orch.full_ms["c2"] = {u: 2.0 - (i % 2) for i, u in enumerate(uuids)}
-        assert orch.time_left_total() - orch.time_left() == pytest.approx(42.0, abs=0.5)
+        assert orch.clock.reserve() == 0.0
+        orch.state.full_s["c1"] = 30.0
+        orch.state.full_ms["c1"] = {u: 1.0 + (i % 2) for i, u in enumerate(uuids)}
+        assert orch.clock.reserve() == 0.0  # one full pass: nothing to compose yet
+        orch.state.full_s["c2"] = 12.0
+        orch.state.screen_cost.update({"c1": 5.0, "c2": 30.0})  # reserve: max(30 + 5, 12 + 30)
+        orch.state.full_ms["c2"] = {u: 2.0 - (i % 2) for i, u in enumerate(uuids)}  # the other half
+        assert orch.clock.reserve() == 42.0
+        orch.state.full_ms["c2"] = {u: v * 1.01 for u, v in orch.state.full_ms["c1"].items()}
+        assert orch.clock.reserve() == 0.0  # c1 wins everywhere: nothing to compose
+        orch.state.full_ms["c2"] = {u: 2.0 - (i % 2) for i, u in enumerate(uuids)}
+        assert orch.clock.left_total() - orch.clock.left() == pytest.approx(42.0, abs=0.5)
         off = config.model_copy(update={"compose": False})
         orch2 = Orchestrator(problem, [a], off, RunDir(tmp_path), store, guard, {})
-        orch2.full_s.update(orch.full_s)
-        orch2.full_ms.update(orch.full_ms)
-        assert orch2.reserve() == 0.0
+        orch2.state.full_s.update(orch.state.full_s)
+        orch2.state.full_ms.update(orch.state.full_ms)
+        assert orch2.clock.reserve() == 0.0
     finally:
         store.close()
 
@@ -391,18 +389,18 @@ def test_no_candidate_is_judged_when_its_screening_cannot_fit(
             orch = Orchestrator(
                 problem, [ScriptedAgent([], name="A")], config, RunDir(tmp_path), store, guard, {}
             )
-            orch.started -= 80.0  # 20 s of a 100 s limit left
-            orch.agent_cost["A"] = 50.0
+            orch.clock.started -= 80.0  # 20 s of a 100 s limit left
+            orch.state.agent_cost["A"] = 50.0
             got = orch._record("A", proposed(f"late{limit}"))
             if limit is None:
-                assert got is not None and "A" not in orch.retired
+                assert got is not None and "A" not in orch.state.retired
                 continue
-            assert got is None and "A" in orch.retired
+            assert got is None and "A" in orch.state.retired
             assert not store.candidates(), "not stored, no budget spent"
             [why] = [e.payload["why"] for e in store.events() if e.kind == "agent_retired"]
             assert "should take ~50 s" in why and "20 s left" in why, why
-            orch.retired.clear()
-            orch.agent_cost["A"] = 39.0  # within twice the time left
+            orch.state.retired.clear()
+            orch.state.agent_cost["A"] = 39.0  # within twice the time left
             assert orch._record("A", proposed("fits")) is not None
     finally:
         store.close()
@@ -437,9 +435,11 @@ def test_a_run_warns_once_when_a_full_evaluation_cannot_fit(
             per_workload=per, passed=True, score=1.0,
         )  # fmt: skip
         for _ in range(2):
-            warn_if_full_too_slow(orch, screened, screen_s)
-        warn_if_full_too_slow(orch, screened.model_copy(update={"per_workload": per[:1]}), 1e6)
-        warn_if_full_too_slow(orch, screened, 1e6, compiles=True)  # compiling, not judging
+            orch.schedule.warn_if_full_too_slow(screened, screen_s)
+        orch.schedule.warn_if_full_too_slow(
+            screened.model_copy(update={"per_workload": per[:1]}), 1e6
+        )
+        orch.schedule.warn_if_full_too_slow(screened, 1e6, compiles=True)  # compiling, not judging
         kinds = [e.kind for e in store.events()]
         whys = [e.payload["why"] for e in store.events("full_protocol_too_slow")]
     finally:
@@ -455,15 +455,15 @@ def test_a_finishers_judgement_stops_early(
 ) -> None:
     """A finisher's candidate (composition, fallback) stops at its first failing workload,
     and after the first workload once the run's time limit has passed."""
-    from kernelarc.orchestration.finish import judge_final
-
     fail = case == "fails"
     config = run_config(problem, ["A"], time_limit_s=None if fail else 0.001)
     store = SQLiteStore(tmp_path / "store.sqlite")
     try:
         orch = Orchestrator(problem, [], config, RunDir(tmp_path), store, guard, {})
         solution = rms(f"fin_{fail}", fail=fail)
-        _, ev = judge_final(orch, solution, agent=COMPOSER, strategy="s", parent="p", hypothesis="")
+        _, ev = orch.finisher.final.judge(
+            solution, agent=COMPOSER, strategy="s", parent="p", hypothesis=""
+        )
     finally:
         store.close()
     assert len(ev.result.per_workload) == 1 and not ev.result.passed, ev.result

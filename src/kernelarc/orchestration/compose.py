@@ -39,10 +39,10 @@ call (not at import time) fails with ModuleNotFoundError, because its folder is 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 
+from kernelarc.maths import geomean
 from kernelarc.problem.axes import AxisError, resolve_axes
 from kernelarc.problem.schema import (
     BuildSpec,
@@ -57,6 +57,10 @@ from kernelarc.problem.schema import (
 #: Languages whose solutions can be parts of a composition.
 COMPOSABLE_LANGUAGES = frozenset({Language.pytorch, Language.triton})
 #: The dispatcher's file and entry function in a composed solution.
+COMPOSE_MARGIN = 2.0
+"""A composition is judged only when the per-workload winners, routed at no cost, would beat
+the best single candidate by more than this many times ``min_gain``: dispatching costs a
+little on every call, which decides between near-equal parts of microsecond kernels."""
 DISPATCH_FILE = "dispatch.py"
 DISPATCH_SYMBOL = "run"
 
@@ -179,7 +183,12 @@ def predicted_gain(
 
 
 def _geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+    """``maths.geomean`` of latencies or their ratios, which here are never empty and all
+    positive (the callers keep only measured workloads): anything else is a bug, raised."""
+    g = geomean(values)
+    if g is None:
+        raise ValueError(f"no geometric mean of {list(values)!r}: no positive values")
+    return g
 
 
 # ------------------------------------------------------------------------------ parts

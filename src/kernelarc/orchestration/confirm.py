@@ -40,16 +40,17 @@ always keep the time: L2 025 on the H200 (session 20), the reserve for the group
 
 from __future__ import annotations
 
-import math
 from functools import partial
-from typing import TYPE_CHECKING
 
 from kernelarc.agents.types import Conclusion, Outcome, WorkloadResult
+from kernelarc.maths import geomean
+from kernelarc.orchestration.clock import Clock
+from kernelarc.orchestration.events import Events
+from kernelarc.orchestration.final import FinalJudge, Pass
+from kernelarc.orchestration.judge import TIME_LIMIT
+from kernelarc.orchestration.state import RunState
 from kernelarc.problem.schema import RUNTIME_COMPILE_MARKERS, Solution
 from kernelarc.store.base import CandidateRecord, EvaluationRecord
-
-if TYPE_CHECKING:
-    from kernelarc.orchestration.orchestrator import Orchestrator
 
 CONFIRMER = "confirmation"
 GEOMEAN_SLOWER = 0.15
@@ -70,8 +71,6 @@ that judgement. With 1x kept, 10 runs in those folders skipped their confirmatio
 them with 58-95% of the time it needed left (18 s for 20, 16 for 18, 20 for 21, 45 for 68,
 39 for 67), and Q 001's in session 32 was cut by the limit. A confirmation still starts
 whenever its candidate's search judging time fits what is left."""
-
-Pass = tuple[CandidateRecord, EvaluationRecord]
 
 DRAW_MARKERS = (*RUNTIME_COMPILE_MARKERS, "autotune")
 """Text in a Python source that makes its speed a run-time draw: Inductor's compiles (and
@@ -96,9 +95,8 @@ def slowdown(
     measured, or None when they share none."""
     old = {r.uuid: r.latency_ms for r in search if r.latency_ms}
     ratios = [r.latency_ms / old[r.uuid] for r in fresh if r.latency_ms and r.uuid in old]
-    if not ratios:
-        return None
-    return math.exp(sum(math.log(x) for x in ratios) / len(ratios)), max(ratios)
+    mean = geomean(ratios)
+    return None if mean is None else (mean, max(ratios))
 
 
 def reproduced(search: EvaluationRecord, fresh: EvaluationRecord) -> bool:
@@ -114,7 +112,15 @@ def _within(passed: bool, ratio: tuple[float, float] | None) -> bool:
     return ratio[0] <= 1.0 + GEOMEAN_SLOWER and ratio[1] <= WORST_SLOWER
 
 
-def confirm(orch: Orchestrator, chosen: Pass, passes: list[Pass]) -> Pass | None:
+def confirm(
+    chosen: Pass,
+    passes: list[Pass],
+    *,
+    final: FinalJudge,
+    state: RunState,
+    clock: Clock,
+    events: Events,
+) -> Pass | None:
     """The solution to hand over: ``chosen`` or a runner-up from ``passes`` (the agents'
     full passes), as confirmed in new processes (module docstring). When none could be
     confirmed (time limit, or a stop signal, which abandons the confirmation in progress),
@@ -129,13 +135,13 @@ def confirm(orch: Orchestrator, chosen: Pass, passes: list[Pass]) -> Pass | None
     confirmed: list[Pass] = []
     failed: set[str] = set()
     for rec, ev in queue[:TRIES]:
-        need, left = orch.judging_cost({rec.id}), orch.time_left_total()
-        if orch.config.time_limit_s is not None and (left <= 0 or need > left):
+        need, left = state.judging_cost({rec.id}), clock.left_total()
+        if clock.timed and (left <= 0 or need > left):
             why = f"{max(left, 0.0):.0f} s left, under the {need:.0f} s its judgement took"
-            orch.event("confirmation_skipped", {"candidate": rec.id, "why": why})
+            events.log("confirmation_skipped", {"candidate": rec.id, "why": why})
             break
-        ok = orch.unless_stopped(
-            "confirmation", partial(_confirm_one, orch, rec, ev, confirmed, failed)
+        ok = events.unless_stopped(
+            "confirmation", partial(_confirm_one, final, events, rec, ev, confirmed, failed)
         )
         if ok is None or ok:  # cut by a signal: what is confirmed so far decides
             break
@@ -145,7 +151,8 @@ def confirm(orch: Orchestrator, chosen: Pass, passes: list[Pass]) -> Pass | None
 
 
 def _confirm_one(
-    orch: Orchestrator,
+    final: FinalJudge,
+    events: Events,
     rec: CandidateRecord,
     ev: EvaluationRecord,
     confirmed: list[Pass],
@@ -154,11 +161,7 @@ def _confirm_one(
     """Confirm ``rec`` (its search judgement ``ev``): record the confirmation, its event and
     lesson; add it to ``confirmed`` when it passed, ``rec`` to ``failed`` when it failed.
     Whether it reproduced."""
-    from kernelarc.orchestration.finish import judge_final
-    from kernelarc.orchestration.judge import TIME_LIMIT
-
-    fresh = judge_final(
-        orch,
+    fresh = final.judge(
         rec.solution,
         agent=CONFIRMER,
         strategy="confirmation",
@@ -168,7 +171,7 @@ def _confirm_one(
     )
     ratio = slowdown(ev.result.per_workload, fresh[1].result.per_workload)
     ok = _within(fresh[1].result.passed, ratio)
-    orch.event(
+    events.log(
         "confirmation",
         {
             "candidate": fresh[0].id,
@@ -182,7 +185,7 @@ def _confirm_one(
             "reproduced": ok,
         },
     )
-    orch.conclude(_lesson(rec, fresh, ratio, ok))
+    events.conclude(_lesson(rec, fresh, ratio, ok))
     if fresh[1].result.passed:
         confirmed.append(fresh)
     elif fresh[1].result.stopped_early != TIME_LIMIT:
@@ -195,8 +198,6 @@ def _lesson(
 ) -> Conclusion:
     """The confirmation's lesson, for the run's conclusions and the shared memory: which
     strategy's solution did (not) keep its speed in a new process, by how much."""
-    from kernelarc.orchestration.judge import TIME_LIMIT
-
     what = f"{rec.id} ({rec.agent}: {rec.solution.description or rec.strategy})"[:160]
     outcome: Outcome
     if not fresh[1].result.passed and fresh[1].result.stopped_early == TIME_LIMIT:

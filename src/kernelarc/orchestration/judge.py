@@ -34,13 +34,13 @@ judgement, not by a whole candidate's (a workload in progress is not interrupted
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kernelarc.agents.types import CandidateResult, Mode, WorkloadResult
-from kernelarc.guard.evaluator import EvalResult, Guard
+from kernelarc.guard.evaluator import EvalResult
 from kernelarc.guard.verdict import WorkloadOutcome
+from kernelarc.maths import geomean
 from kernelarc.orchestration.config import RunConfig, StageConfig
 from kernelarc.orchestration.crowding import (
     CROWD_WAIT_S,
@@ -51,10 +51,41 @@ from kernelarc.orchestration.crowding import (
     device_free_bytes,
     wait_for_room,
 )
+from kernelarc.problem.inputs import estimate_input_bytes
+from kernelarc.problem.loader import Problem
 from kernelarc.problem.schema import Solution, Workload
 
-if TYPE_CHECKING:
-    from kernelarc.guard.session import CandidateSession
+
+class Session(Protocol):
+    """A candidate worker kept between evaluations of one solution (``Guard.open_session``)."""
+
+    def close(self) -> None: ...
+
+
+class GuardLike(Protocol):
+    """What the search needs of the benchmark guard: the real
+    :class:`~kernelarc.guard.evaluator.Guard`, or a scripted stand-in that judges without
+    worker processes (the orchestration tests' ``FakeGuard``)."""
+
+    device: str
+    problem: Problem
+
+    def evaluate(
+        self,
+        solution: Solution,
+        workloads: list[Workload] | None = None,
+        *,
+        rounds: int | None = None,
+        warmup: int | None = None,
+        iterations: int | None = None,
+        stop: Callable[[WorkloadOutcome], str | None] | None = None,
+        session: Any = None,
+        retime_reference: bool = False,
+        warm_budget_s: float | None = None,
+        fresh_jit: bool = False,
+    ) -> EvalResult: ...
+
+    def open_session(self, solution: Solution) -> Any: ...
 
 
 #: The most of the time left a reference point's full stage may take (``Judge._affordable``).
@@ -103,11 +134,6 @@ def screening_set(workloads: Sequence[Workload], sizes: Sequence[int], k: int) -
         if len(picks) == k:
             break
     return [workloads[i] for i in picks]
-
-
-def geomean(values: Sequence[float]) -> float | None:
-    vals = [v for v in values if v and v > 0]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
 
 def results_of(
@@ -191,14 +217,12 @@ class Judge:
 
     def __init__(
         self,
-        guard: Guard,
+        guard: GuardLike,
         config: RunConfig,
         bounds: dict[str, float],
         time_left: Callable[[], float] | None = None,
         free_bytes: Callable[[], int] | None = None,
     ) -> None:
-        from kernelarc.problem.inputs import estimate_input_bytes
-
         self.guard, self.config, self.bounds = guard, config, bounds
         self.time_left = time_left
         wls = list(guard.problem.workloads)
@@ -220,7 +244,7 @@ class Judge:
         workloads: list[Workload],
         stage: StageConfig,
         best_first: float | None,
-        session: CandidateSession,
+        session: Session,
         retime_reference: bool = False,
     ) -> EvalResult:
         factor = self.config.hopeless_factor

@@ -1,20 +1,23 @@
 """Resuming a run from its store: the stored configuration checked against this one, the
 agents' and the plateau's saved state, the board (with the incumbents agents had replaced,
 replayed from the run's ``incumbent`` events) and the shared memory rebuilt, the budget
-already spent counted; candidates judged but not yet told to their agent are told, and
-candidates that were in flight when the run died are judged again (nothing else is lost).
+already spent counted. :func:`restore` returns what the orchestrator still has to do:
+candidates judged but not yet told to their agent are told, and candidates that were in
+flight when the run died are judged again (nothing else is lost).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from kernelarc.agents.base import Agent
 from kernelarc.agents.types import CandidateResult, IncumbentView
+from kernelarc.orchestration.config import RunConfig
+from kernelarc.orchestration.events import Events
+from kernelarc.orchestration.state import RunState
 from kernelarc.store.base import CandidateRecord, StoreError
-
-if TYPE_CHECKING:
-    from kernelarc.orchestration.orchestrator import Orchestrator
 
 ORCHESTRATOR = "__orchestrator__"
 """The store key of the orchestrator's own state (plateau counters)."""
@@ -32,79 +35,92 @@ def incumbent_view(record: CandidateRecord, final: CandidateResult) -> Incumbent
     )
 
 
-def _rebuild_board(orch: Orchestrator, candidates: list[CandidateRecord]) -> None:
+@dataclass
+class Unfinished:
+    """What a resumed run must do before it searches on."""
+
+    untold: list[tuple[CandidateRecord, CandidateResult]] = field(default_factory=list)
+    """Judged before the run died, their agent not told: each with its verdict (``improved``
+    set: whether it is its agent's incumbent)."""
+    pending: list[CandidateRecord] = field(default_factory=list)
+    """In flight when the run died: to judge again."""
+
+
+def _rebuild_board(
+    events: Events, state: RunState, agents: Mapping[str, Agent], candidates: list[CandidateRecord]
+) -> None:
     """Every agent's replaced incumbents in the order they were promoted, then the current
     ones as stored: the board's ``former`` entries survive a resume."""
-    current = orch.store.incumbents()
+    store = events.store
+    current = store.incumbents()
     records = {r.id: r for r in candidates}
-    for ev in orch.store.events("incumbent"):
+    for ev in store.events("incumbent"):
         agent, cid = ev.payload.get("agent"), ev.payload.get("candidate")
         record = records.get(str(cid))
-        if record is None or agent not in orch.agents or agent not in current:
+        if record is None or agent not in agents or agent not in current:
             continue
-        evals = orch.store.evaluations(record.id)
+        evals = store.evaluations(record.id)
         if current[agent].candidate_id != record.id and evals:
-            orch.board.update(incumbent_view(record, evals[-1].result), owner=record.agent)
+            state.board.update(incumbent_view(record, evals[-1].result), owner=record.agent)
     for view in current.values():
-        if view.agent in orch.agents:
-            orch.board.update(view, owner=view.agent)
+        if view.agent in agents:
+            state.board.update(view, owner=view.agent)
 
 
-def restore(orch: Orchestrator) -> None:
-    stored = orch.store.open_run(orch.config.model_dump(mode="json"))
-    if stored.get("definition") != orch.config.definition:
+def restore(
+    config: RunConfig, state: RunState, events: Events, agents: Mapping[str, Agent]
+) -> Unfinished:
+    """Open the run in the store (a new run, or the one to resume) and rebuild ``state`` and
+    the agents from it; what is left to tell and to judge."""
+    store = events.store
+    stored = store.open_run(config.model_dump(mode="json"))
+    if stored.get("definition") != config.definition:
         raise StoreError(
-            f"{orch.dir.path} holds a run of {stored.get('definition')!r}, "
-            f"not {orch.config.definition!r}: use another --run-dir"
+            f"{events.dir.path} holds a run of {stored.get('definition')!r}, "
+            f"not {config.definition!r}: use another --run-dir"
         )
-    orch.dir.write_config(stored)
-    orch.event("run_config", stored)
-    if orch.config.memory and orch.config.memory_file:
-        path = Path(orch.config.memory_file)
+    events.dir.write_config(stored)
+    events.log("run_config", stored)
+    if config.memory and config.memory_file:
+        path = Path(config.memory_file)
         if path.exists():
-            n = orch.memory.load(path)
-            orch.event("memory_loaded", {"file": str(path), "conclusions": n})
-    states = orch.store.agent_states()
-    for name, agent in orch.agents.items():
+            n = state.memory.load(path)
+            events.log("memory_loaded", {"file": str(path), "conclusions": n})
+    states = store.agent_states()
+    for name, agent in agents.items():
         if name in states:
             agent.restore(dict(states[name].get("agent") or {}))
     if states.get(ORCHESTRATOR, {}).get("plateau"):
-        orch.plateau.restore(dict(states[ORCHESTRATOR]["plateau"]))
-    candidates = list(orch.store.candidates())
-    _rebuild_board(orch, candidates)
+        state.plateau.restore(dict(states[ORCHESTRATOR]["plateau"]))
+    candidates = list(store.candidates())
+    _rebuild_board(events, state, agents, candidates)
     concluded = set()
-    for c in orch.store.conclusions():
+    for c in store.conclusions():
         concluded.add(c.candidate_id)
-        orch._remember(c)
-    pending, untold = [], []
+        events.remember(c)
+    todo = Unfinished()
     for rec in candidates:
-        if rec.agent not in orch.agents:  # the composer's candidates cost no budget
+        if rec.agent not in agents:  # the finishers' candidates cost no budget
             continue
-        evals = orch.store.evaluations(rec.id)
+        evals = store.evaluations(rec.id)
         if not evals:
-            pending.append(rec)
+            todo.pending.append(rec)
             continue
-        orch.used += 1
-        orch.per_agent[rec.agent] = orch.per_agent.get(rec.agent, 0) + 1
-        inc = orch.board.incumbent(rec.agent)
-        if inc is not None and inc.candidate_id == rec.id:
-            orch.results[rec.agent] = {e.stage: e.result.per_workload for e in evals}
+        state.count_judged(rec.agent)
+        inc = state.board.incumbent(rec.agent)
+        improved = inc is not None and inc.candidate_id == rec.id
+        if improved:
+            state.results[rec.agent] = {e.stage: e.result.per_workload for e in evals}
         if rec.id not in concluded:
-            untold.append((rec, evals[-1].result, inc is not None and inc.candidate_id == rec.id))
-    if orch.used or pending:
-        orch.event(
+            verdict = evals[-1].result.model_copy(update={"improved": improved})
+            todo.untold.append((rec, verdict))
+    if state.used or todo.pending:
+        events.log(
             "resumed",
             {
-                "used": orch.used,
-                "redo": [r.id for r in pending],
-                "told": [r.id for r, _, _ in untold],
+                "used": state.used,
+                "redo": [r.id for r in todo.pending],
+                "told": [r.id for r, _ in todo.untold],
             },
         )
-    for rec, result, improved in untold:  # judged, but the run died before the agent knew
-        orch.plateau.record(rec.agent, improved)
-        orch._observe(
-            rec.agent, result.model_copy(update={"improved": improved}), store_conclusion=True
-        )
-    for rec in pending:  # in flight when the run died: judged again, nothing else lost
-        if orch._budget_left() > 0:
-            orch._judge(rec)
+    return todo
