@@ -11,6 +11,13 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
+from kernelarc.errors import KernelArcError
+
+
+class AgentStateError(KernelArcError, ValueError):
+    """A saved agent state that :meth:`Agent.restore` refuses. A ``ValueError``, as
+    ``restore`` promises, and a :class:`~kernelarc.errors.KernelArcError`: the message (which
+    names the agent and the field) reaches the user of ``--resume`` as it is."""
 
 
 class Agent(ABC):
@@ -39,7 +46,8 @@ class Agent(ABC):
         return {}
 
     def restore(self, state: dict[str, object]) -> None:  # noqa: B027 (optional hook)
-        """Restore what :meth:`state` returned (default: nothing to restore)."""
+        """Restore what :meth:`state` returned (default: nothing to restore); a
+        ``ValueError`` (preferably :class:`AgentStateError`) when it is malformed."""
 
 
 class Rebasing(ABC):

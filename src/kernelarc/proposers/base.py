@@ -93,8 +93,8 @@ class BuiltinAgent(Agent):
 
     @abstractmethod
     def _restore(self, state: dict[str, object]) -> None:
-        """Check the subclass's own fields in ``state`` (``ValueError`` naming :attr:`who`),
-        then set them; set nothing when one is bad."""
+        """Check the subclass's own fields in ``state`` (:class:`AgentStateError` naming
+        :attr:`who`), then set them; set nothing when one is bad."""
 
     def state(self) -> dict[str, object]:
         out = self._state()

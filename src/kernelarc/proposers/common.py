@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kernelarc.agents.base import Agent
+from kernelarc.agents.base import Agent, AgentStateError
 from kernelarc.agents.types import (
     CLAIM_MAX,
     AgentContext,
@@ -50,14 +50,15 @@ class WorkloadClasses:
 
     @classmethod
     def from_state(cls, raw: object, who: str) -> WorkloadClasses:
-        """The inverse of :meth:`to_state`; ``ValueError`` (naming ``who``) on bad input."""
+        """The inverse of :meth:`to_state`; :class:`AgentStateError` naming ``who`` on bad
+        input."""
         if not isinstance(raw, dict):
-            raise ValueError(f"{who} state: 'classes' must be an object, got {raw!r}")
+            raise AgentStateError(f"{who} state: 'classes' must be an object, got {raw!r}")
         axis, median = raw.get("axis"), raw.get("median")
         if axis is not None and not isinstance(axis, str):
-            raise ValueError(f"{who} state: bad classes axis {axis!r}")
+            raise AgentStateError(f"{who} state: bad classes axis {axis!r}")
         if median is not None and (not isinstance(median, int) or isinstance(median, bool)):
-            raise ValueError(f"{who} state: bad classes median {median!r}")
+            raise AgentStateError(f"{who} state: bad classes median {median!r}")
         return cls(axis=axis, median=median)
 
     @classmethod
@@ -77,11 +78,12 @@ class WorkloadClasses:
 
 
 def ms_by_uuid(raw: object, who: str, what: str) -> dict[str, float]:
-    """A state's ``{uuid: milliseconds}`` map, validated; ``ValueError`` names ``who``/``what``."""
+    """A state's ``{uuid: milliseconds}`` map, validated (:class:`AgentStateError` naming
+    ``who`` and ``what``)."""
     if not isinstance(raw, dict):
-        raise ValueError(f"{who} state: {what} must be an object, got {raw!r}")
+        raise AgentStateError(f"{who} state: {what} must be an object, got {raw!r}")
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw.values()):
-        raise ValueError(f"{who} state: {what} values must be numbers")
+        raise AgentStateError(f"{who} state: {what} values must be numbers")
     return {str(k): float(v) for k, v in raw.items()}
 
 
@@ -184,9 +186,10 @@ def board_parent(context: AgentContext, me: str) -> str | None:
 
 
 def count_of(raw: object, who: str, what: str = "'count'") -> int:
-    """A state's non-negative count, validated; ``ValueError`` names ``who``/``what``."""
+    """A state's non-negative count, validated (:class:`AgentStateError` naming ``who`` and
+    ``what``)."""
     if not isinstance(raw, int) or isinstance(raw, bool) or raw < 0:
-        raise ValueError(f"{who} state: {what} must be a count, got {raw!r}")
+        raise AgentStateError(f"{who} state: {what} must be a count, got {raw!r}")
     return raw
 
 

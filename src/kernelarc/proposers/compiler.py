@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from kernelarc.agents.base import Rebasing
+from kernelarc.agents.base import AgentStateError, Rebasing
 from kernelarc.agents.types import (
     AgentContext,
     CandidateResult,
@@ -203,12 +203,13 @@ def compiled_base_solution(
 
 
 def variant_named(name: str) -> CompileVariant:
-    """The configuration of :data:`COMPILE_VARIANTS` called ``name`` (ValueError if none)."""
+    """The configuration of :data:`COMPILE_VARIANTS` called ``name`` (:class:`AgentStateError`
+    if none: only a saved state can name an unknown one)."""
     for v in COMPILE_VARIANTS:
         if v.name == name:
             return v
     known = ", ".join(v.name for v in COMPILE_VARIANTS)
-    raise ValueError(f"compiler agent state names an unknown configuration {name!r} ({known})")
+    raise AgentStateError(f"compiler agent state names an unknown configuration {name!r} ({known})")
 
 
 def _dump(view: IncumbentView | None) -> dict[str, Any] | None:
@@ -221,7 +222,7 @@ def _load(data: object, what: str) -> IncumbentView | None:
     try:
         return IncumbentView.model_validate(data)
     except ValueError as e:
-        raise ValueError(f"compiler agent state: bad {what}: {e}") from e
+        raise AgentStateError(f"compiler agent state: bad {what}: {e}") from e
 
 
 class CompilerAgent(BuiltinAgent, Rebasing):
@@ -442,20 +443,20 @@ class CompilerAgent(BuiltinAgent, Rebasing):
     def _restore(self, state: dict[str, object]) -> None:
         index, tried, pending = state.get("index", 0), state.get("tried", []), state.get("pending")
         if not isinstance(index, int) or not 0 <= index <= len(COMPILE_VARIANTS):
-            raise ValueError(f"compiler agent state: bad 'index' {index!r}")
+            raise AgentStateError(f"compiler agent state: bad 'index' {index!r}")
         if not isinstance(tried, list):
-            raise ValueError(f"compiler agent state: 'tried' must be a list, got {tried!r}")
+            raise AgentStateError(f"compiler agent state: 'tried' must be a list, got {tried!r}")
         count = count_of(state.get("count", 0), self.who)
         for name in [*tried, *([pending] if pending is not None else [])]:
             variant_named(str(name))
         bases, pending_base = state.get("bases", []), state.get("pending_base")
         plain = state.get("plain", False)
         if not isinstance(plain, bool):
-            raise ValueError(f"compiler agent state: bad 'plain' {plain!r}")
+            raise AgentStateError(f"compiler agent state: bad 'plain' {plain!r}")
         if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
-            raise ValueError("compiler agent state: 'bases' must be a list of candidate ids")
+            raise AgentStateError("compiler agent state: 'bases' must be a list of candidate ids")
         if pending_base is not None and not isinstance(pending_base, str):
-            raise ValueError(f"compiler agent state: bad 'pending_base' {pending_base!r}")
+            raise AgentStateError(f"compiler agent state: bad 'pending_base' {pending_base!r}")
         pending_view = _load(state.get("pending_view"), "'pending_view'")
         on = _load(state.get("on"), "'on'")
         self._plain, self._bases, self._pending_base = plain, list(bases), pending_base

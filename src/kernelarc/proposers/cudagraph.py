@@ -48,7 +48,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any, ClassVar
 
-from kernelarc.agents.base import Rebasing
+from kernelarc.agents.base import AgentStateError, Rebasing
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
 from kernelarc.problem.reference import reference_solution
 from kernelarc.problem.schema import Definition, Solution
@@ -377,11 +377,11 @@ class CudaGraphAgent(BuiltinAgent, Rebasing):
     def _restore(self, state: dict[str, object]) -> None:
         wrapped, pending = state.get("wrapped", []), state.get("pending")
         if not isinstance(wrapped, list) or not all(isinstance(w, str) for w in wrapped):
-            raise ValueError("cuda-graph agent state: 'wrapped' must be a list of strings")
+            raise AgentStateError("cuda-graph agent state: 'wrapped' must be a list of strings")
         count = count_of(state.get("count", 0), self.who)
         if pending is not None:
             if not isinstance(pending, dict) or not {"base", "label"} <= set(pending):
-                raise ValueError("cuda-graph agent state: 'pending' must name base and label")
+                raise AgentStateError("cuda-graph agent state: 'pending' must name base and label")
             base_ms = ms_by_uuid(
                 pending.get("baseline_ms", {}), "cuda-graph agent", "pending 'baseline_ms'"
             )

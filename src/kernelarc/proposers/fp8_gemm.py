@@ -35,6 +35,7 @@ import ast
 import logging
 from typing import ClassVar
 
+from kernelarc.agents.base import AgentStateError
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
 from kernelarc.problem.reference import make_solution
 from kernelarc.problem.schema import Definition
@@ -280,9 +281,13 @@ class Fp8GemmAgent(BuiltinAgent):
     def _restore(self, state: dict[str, object]) -> None:
         proposed, skipped = state.get("proposed", False), state.get("skipped")
         if not isinstance(proposed, bool):
-            raise ValueError(f"fp8-gemm agent state: 'proposed' must be a bool, got {proposed!r}")
+            raise AgentStateError(
+                f"fp8-gemm agent state: 'proposed' must be a bool, got {proposed!r}"
+            )
         if skipped is not None and not isinstance(skipped, str):
-            raise ValueError(f"fp8-gemm agent state: 'skipped' must be a string, got {skipped!r}")
+            raise AgentStateError(
+                f"fp8-gemm agent state: 'skipped' must be a string, got {skipped!r}"
+            )
         self._proposed, self.skipped = proposed, skipped
 
 

@@ -60,6 +60,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from kernelarc.agents.base import AgentStateError
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
 from kernelarc.problem.inputs import estimate_input_bytes
 from kernelarc.problem.loader import Problem
@@ -456,7 +457,9 @@ class GemmTablesAgent(BuiltinAgent):
     def _restore(self, state: dict[str, object]) -> None:
         tried, pending = state.get("tried", []), state.get("pending")
         if not isinstance(tried, list) or not all(isinstance(t, str) for t in tried):
-            raise ValueError(f"gemm-tables state: 'tried' must be a list of hashes, got {tried!r}")
+            raise AgentStateError(
+                f"gemm-tables state: 'tried' must be a list of hashes, got {tried!r}"
+            )
         count = count_of(state.get("count", 0), self.who)
         if pending is not None and not (
             isinstance(pending, dict)
@@ -465,7 +468,7 @@ class GemmTablesAgent(BuiltinAgent):
             and isinstance(pending.get("non_default"), int)
             and (pending.get("note") is None or isinstance(pending.get("note"), str))
         ):
-            raise ValueError(f"gemm-tables state: bad 'pending' {pending!r}")
+            raise AgentStateError(f"gemm-tables state: bad 'pending' {pending!r}")
         self._tried, self._count = list(tried), count
         self._pending = dict(pending) if isinstance(pending, dict) else None
 

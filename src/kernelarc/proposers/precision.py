@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from kernelarc.agents.base import Rebasing
+from kernelarc.agents.base import AgentStateError, Rebasing
 from kernelarc.agents.types import (
     AgentContext,
     CandidateResult,
@@ -191,7 +191,7 @@ def policy_named(name: str) -> PrecisionPolicy:
         if p.name == name:
             return p
     known = ", ".join(p.name for p in POLICIES)
-    raise ValueError(f"precision agent: unknown policy {name!r} ({known})")
+    raise AgentStateError(f"precision agent: unknown policy {name!r} ({known})")
 
 
 def why_not_applicable(definition: Definition, source: str) -> str | None:
@@ -439,7 +439,7 @@ class PrecisionAgent(BuiltinAgent, Rebasing):
         def strings(key: str) -> list[str]:
             value = state.get(key, [])
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ValueError(f"precision agent state: {key!r} must be a list of strings")
+                raise AgentStateError(f"precision agent state: {key!r} must be a list of strings")
             return list(value)
 
         tried, hashes, var_axes = strings("tried"), strings("hashes"), strings("var_axes")
@@ -449,14 +449,18 @@ class PrecisionAgent(BuiltinAgent, Rebasing):
         if not isinstance(floors, dict) or not all(
             isinstance(k, str) and isinstance(v, int) for k, v in floors.items()
         ):
-            raise ValueError("precision agent state: 'floors' must map base keys to levels")
+            raise AgentStateError("precision agent state: 'floors' must map base keys to levels")
         if not isinstance(stopped, bool):
-            raise ValueError(f"precision agent state: 'stopped' must be a bool, got {stopped!r}")
+            raise AgentStateError(
+                f"precision agent state: 'stopped' must be a bool, got {stopped!r}"
+            )
         count = count_of(state.get("count", 0), self.who)
         pending = state.get("pending")
         if pending is not None:
             if not isinstance(pending, dict) or not {"policy", "base", "label"} <= set(pending):
-                raise ValueError("precision agent state: 'pending' must name policy/base/label")
+                raise AgentStateError(
+                    "precision agent state: 'pending' must name policy/base/label"
+                )
             policy_named(str(pending["policy"]))
             base_ms = ms_by_uuid(
                 pending.get("baseline_ms", {}), "precision agent", "pending 'baseline_ms'"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from kernelarc.agents.base import AgentStateError
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
 from kernelarc.problem.reference import reference_solution
 from kernelarc.proposers.base import BuiltinAgent
@@ -79,7 +80,9 @@ class ReferenceAgent(BuiltinAgent):
     def _restore(self, state: dict[str, object]) -> None:
         proposed = state.get("proposed", False)
         if not isinstance(proposed, bool):
-            raise ValueError(f"reference agent state: 'proposed' must be a bool, got {proposed!r}")
+            raise AgentStateError(
+                f"reference agent state: 'proposed' must be a bool, got {proposed!r}"
+            )
         self._proposed = proposed
 
 

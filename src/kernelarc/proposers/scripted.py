@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from kernelarc.agents.base import Agent
+from kernelarc.agents.base import Agent, AgentStateError
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Outcome, Proposal
 from kernelarc.problem.schema import Solution
 
@@ -90,11 +90,11 @@ class ScriptedAgent(Agent):
     def restore(self, state: dict[str, object]) -> None:
         index, done, last = state.get("index", 0), state.get("done", False), state.get("last_step")
         if not isinstance(index, int) or not 0 <= index <= len(self.steps):
-            raise ValueError(
+            raise AgentStateError(
                 f"scripted agent state: 'index' {index!r} is not within its {len(self.steps)} steps"
             )
         if not isinstance(done, bool) or not (last is None or isinstance(last, int)):
-            raise ValueError("scripted agent state: 'done' must be a bool, 'last_step' an int")
+            raise AgentStateError("scripted agent state: 'done' must be a bool, 'last_step' an int")
         self._index, self._done, self._last_step = index, done, last
 
 

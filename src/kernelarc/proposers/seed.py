@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from kernelarc.agents.base import AgentStateError
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.base import BuiltinAgent
@@ -99,13 +100,15 @@ class SeedAgent(BuiltinAgent):
         index, pending = state.get("index", 0), state.get("pending")
         hashes = state.get("hashes")
         if not isinstance(index, int) or isinstance(index, bool):
-            raise ValueError(f"seed agent state: 'index' must be an int, got {index!r}")
+            raise AgentStateError(f"seed agent state: 'index' must be an int, got {index!r}")
         if not 0 <= index <= len(self.solutions):
-            raise ValueError(f"seed agent state: index {index} not within 0..{len(self.solutions)}")
+            raise AgentStateError(
+                f"seed agent state: index {index} not within 0..{len(self.solutions)}"
+            )
         if pending is not None and (not isinstance(pending, int) or not 0 <= pending < index):
-            raise ValueError(f"seed agent state: bad 'pending' {pending!r}")
+            raise AgentStateError(f"seed agent state: bad 'pending' {pending!r}")
         if hashes is not None and hashes != self._hashes():
-            raise ValueError(
+            raise AgentStateError(
                 "seed agent state was saved with other seed solutions: resume with the "
                 "same --seed-solution files, in the same order"
             )

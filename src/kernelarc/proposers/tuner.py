@@ -35,6 +35,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kernelarc.agents.base import AgentStateError
 from kernelarc.agents.types import (
     AgentContext,
     CandidateResult,
@@ -422,17 +423,17 @@ class TunerAgent(BuiltinAgent):
         data = dict(state)
         limit = data.pop("max_tries_per_base", self.max_tries_per_base)
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise ValueError(f"tuner agent state: bad 'max_tries_per_base' {limit!r}")
+            raise AgentStateError(f"tuner agent state: bad 'max_tries_per_base' {limit!r}")
         try:
             s = TunerState.model_validate(data)
         except ValidationError as e:
-            raise ValueError(f"tuner agent state does not validate: {e}") from None
+            raise AgentStateError(f"tuner agent state does not validate: {e}") from None
         ids = [b.candidate_id for b in s.bases]
         if len(set(ids)) != len(ids):
-            raise ValueError("tuner agent state: a base appears twice")
+            raise AgentStateError("tuner agent state: a base appears twice")
         for ref in (s.active, s.pending.base if s.pending else None):
             if ref is not None and ref not in ids:
-                raise ValueError(f"tuner agent state: {ref!r} is not among its bases")
+                raise AgentStateError(f"tuner agent state: {ref!r} is not among its bases")
         self.max_tries_per_base, self._s = limit, s
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 from typing import ClassVar
 
+from kernelarc.agents.base import AgentStateError
 from kernelarc.agents.types import AgentContext, CandidateResult, Conclusion, Proposal
 from kernelarc.problem.reference import make_solution
 from kernelarc.proposers.base import BuiltinAgent
@@ -255,22 +256,24 @@ class RewriteAgent(BuiltinAgent):
         skipped, families = state.get("skipped"), state.get("families")
         tried = state.get("tried", [])
         if skipped is not None and not isinstance(skipped, str):
-            raise ValueError(f"rewrite agent state: 'skipped' must be a string, got {skipped!r}")
+            raise AgentStateError(
+                f"rewrite agent state: 'skipped' must be a string, got {skipped!r}"
+            )
         if families is not None and (
             not isinstance(families, list) or any(f not in KNOWN for f in families)
         ):
-            raise ValueError(f"rewrite agent state: bad 'families' {families!r}")
+            raise AgentStateError(f"rewrite agent state: bad 'families' {families!r}")
         if not isinstance(tried, list):
-            raise ValueError("rewrite agent state: 'tried' must be a list")
+            raise AgentStateError("rewrite agent state: 'tried' must be a list")
         checked: list[dict[str, object]] = []
         for t in tried:
             if not isinstance(t, dict) or set(t) != {"families", "label", "passed"}:
-                raise ValueError(f"rewrite agent state: bad 'tried' entry {t!r}")
+                raise AgentStateError(f"rewrite agent state: bad 'tried' entry {t!r}")
             fams, label, passed = t["families"], t["label"], t["passed"]
             if not isinstance(fams, list) or any(f not in KNOWN for f in fams):
-                raise ValueError(f"rewrite agent state: bad families in {t!r}")
+                raise AgentStateError(f"rewrite agent state: bad families in {t!r}")
             if not isinstance(label, str) or passed not in (None, True, False):
-                raise ValueError(f"rewrite agent state: bad label/passed in {t!r}")
+                raise AgentStateError(f"rewrite agent state: bad label/passed in {t!r}")
             checked.append({"families": [str(f) for f in fams], "label": label, "passed": passed})
         self.skipped = skipped
         self._families = [str(f) for f in families] if families is not None else None
