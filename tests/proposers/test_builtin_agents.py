@@ -30,6 +30,7 @@ from data.compiler_agent import (
 )
 from data.wrapped_agents import result_of
 
+from kernelarc.agents.base import AgentStateError
 from kernelarc.agents.types import (
     AgentContext,
     BoardSnapshot,
@@ -215,6 +216,19 @@ def test_reference_state_round_trip(problem: Problem) -> None:
     assert twin.propose(agent_context(problem)) is None
     with pytest.raises(ValueError, match="proposed"):
         twin.restore({"proposed": "yes"})
+
+
+@pytest.mark.parametrize("name", sorted(available_agents()))
+def test_a_refused_saved_state_is_a_kernelarc_error(name: str) -> None:
+    """A state ``restore`` refuses (here: its first field of the wrong type) raises an error
+    the CLI shows as a message, naming the agent; the agent keeps its own state."""
+    agent = available_agents()[name]()
+    state = json.loads(json.dumps(agent.state()))
+    key = next(iter(state))
+    with pytest.raises(AgentStateError, match=f"{name} (agent )?state") as info:
+        agent.restore({**state, key: [{"not": "this"}]})
+    assert isinstance(info.value, KernelArcError) and isinstance(info.value, ValueError)
+    assert agent.state() == state
 
 
 # ------------------------------------------------------------------------------ scripted

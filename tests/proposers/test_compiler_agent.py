@@ -82,8 +82,8 @@ def test_compiler_compares_bases_with_bases(problem: Problem) -> None:
 
 def test_compiler_compiles_a_former_incumbent_the_current_one_hides(problem: Problem) -> None:
     """When an agent's new incumbent cannot be compiled (a policy around a CUDA graph), its
-    former one (the policy around the reference) is still a base (seen on L1 017 on the H200,
-    where the compiler compiled a weaker rewritten graph instead)."""
+    former one (the policy around the reference) is still a base, not a weaker incumbent
+    of another agent."""
     from kernelarc.proposers.precision import policy_named, policy_solution
 
     views = board_views(problem)  # precision 2.0 (c3), cuda-graph 3.0, reference 5.0
@@ -278,8 +278,8 @@ def test_must_draft_switches_family_and_links_to_the_board(problem: Problem) -> 
 
 def test_static_variant_compiles_every_shape(tmp_path: Path) -> None:
     """The shape-specialised configuration compiles one graph for each of 10 shapes; with
-    Dynamo's default limit (8) the 9th and 10th ran eagerly (FIB 002 on the H200: 0.25x).
-    In a subprocess: the solution raises process-wide Dynamo limits."""
+    Dynamo's default limit (8) the 9th and 10th would run eagerly. In a subprocess: the
+    solution raises process-wide Dynamo limits."""
     import subprocess
     import sys
 

@@ -13,7 +13,7 @@ written; the refusals; the agent's plan (grouped first, the hoisted loop after a
 and the grouped candidate PASSING the real guard on the CPU; in a real search with the
 precision agent, the grouped candidate judged first and the precision policy rebased onto it.
 
-Not covered: the speed and CUDA (H200 measurements in docs/PERFORMANCE.md); bodies that
+Not covered: the speed and CUDA (measurements in docs/PERFORMANCE.md); bodies that
 are not zero-preserving (the guard's tolerance check rejects them, not this module).
 """
 

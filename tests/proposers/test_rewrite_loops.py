@@ -9,7 +9,7 @@ the run-time fallbacks (a one-dimensional mask, an index out of range raises as
 ``torch.where`` does); the agent proposing it when the fx trace fails and the grouped
 candidate failed, and that candidate PASSING the real guard on the CPU.
 
-Not covered: the speed (H200 measurements in docs/PERFORMANCE.md), CUDA.
+Not covered: the speed (measurements in docs/PERFORMANCE.md), CUDA.
 """
 
 from __future__ import annotations

@@ -234,7 +234,7 @@ def test_cudagraph_agent_wraps_best_once_per_change(rms: Problem) -> None:
 
 def test_cudagraph_agent_does_not_wrap_a_base_that_holds_a_graph_wrap(rms: Problem) -> None:
     """Another agent's incumbent built on a graph wrap (precision over cuda-graph) is passed
-    over: its replay cannot be captured again (L1 017 on an H100)."""
+    over: its replay cannot be captured again."""
     agent = CudaGraphAgent()
     triton = example_solution(rms, "solution_triton.json")
     wrapped = graph_solution(triton, rms.definition, name="g", what="the Triton kernel")
