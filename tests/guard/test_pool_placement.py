@@ -54,6 +54,7 @@ def test_timing_pool_places_every_tensor_of_every_set_at_the_first_shift() -> No
 RECORDER = '''
 import json, sys
 from kernelarc.examples import example_dir
+from kernelarc.guard.messages import ReferenceSetup, TimeRequest
 from kernelarc.guard.worker import ReferenceRole
 from kernelarc.problem.loader import load_problem
 
@@ -73,14 +74,11 @@ def run(hidden_states, weight):
     )
 """
 definition = problem.definition.model_copy(update={"reference": source})
-role = ReferenceRole({"device": "cpu", "definition": definition.model_dump(mode="json")})
-reply = role.time({
-    "workload": problem.workloads[0].model_dump(mode="json"),
-    "seeds": [1, 2, 3, 4],
-    "warmup": 2,
-    "iterations": 8,
-})
-assert reply["ok"], reply
+role = ReferenceRole(ReferenceSetup(device="cpu", definition=definition))
+reply = role.time(
+    TimeRequest(workload=problem.workloads[0], seeds=[1, 2, 3, 4], warmup=2, iterations=8)
+)
+assert reply.ok, reply
 print(json.dumps(role.module.OFFSETS))
 '''
 

@@ -9,12 +9,8 @@ bytes for the judge.
 
 Memory that making the inputs freed (a generator's temporaries) goes back to the driver
 before the call (``held_memory.release_cached``). Left cached, such a block can be split
-for a small output, which then holds all of it. On an 80 GB H100, L2 025's candidate
-worker had 32.66 GiB in use while its 24 GiB of outputs waited to be judged, and the
-reference worker, making its own, ran out of memory (session 34). By the allocator's rules
-the likely 8 GiB is a freed temporary of the weight generation (``randn(...) * 0.02``),
-split for the 32 MiB ``grad_hidden_states`` or the copies of small inputs. Checked on an
-H100 in session 35 (``tests/test_worker_memory.py``); L2 025's candidates then passed there.
+for a small output, which then holds all of it, and the reference worker, making its own
+outputs beside it, can run out of memory (docs/GUARD.md; ``tests/guard/test_worker_memory.py``).
 
 For timing, a pool of distinct input sets (from their own seeds) is placed at shifted
 addresses; the outputs of sampled timed calls are written for the judge too, so stale or
@@ -28,17 +24,51 @@ from __future__ import annotations
 
 import ast
 import operator
+import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+from kernelarc.guard import (
+    compile_pool,
+    cuda_ipc,
+    messages,
+    protocol,
+    sentinel,
+    timing,
+    worker_base,
+)
+from kernelarc.guard.build import load_entry
+from kernelarc.guard.build_base import BuildArtifact, BuildError
 from kernelarc.guard.call_checks import Untouched, output_violations
+from kernelarc.guard.compile_pool import compile_pass, compile_stats
+from kernelarc.guard.cuda_ipc import ExchangeUnavailable
 from kernelarc.guard.held_memory import release_cached
+from kernelarc.guard.messages import (
+    CandidateRan,
+    CandidateReady,
+    CandidateSetup,
+    CandidateTimed,
+    Done,
+    ErrorReply,
+    ReleaseRequest,
+    RunRequest,
+    Sample,
+    TimeRequest,
+    ViolationReport,
+    Warmed,
+    WarmRequest,
+    Writes,
+)
 from kernelarc.guard.prewarm import Prewarm, prewarm_inductor, uses_inductor
-from kernelarc.guard.protocol import ROUND_PARTS
+from kernelarc.guard.protocol import ROUND_PARTS, WIRE_DTYPES
 from kernelarc.guard.sentinel import Policy, Sentinel, Violation
-from kernelarc.guard.worker import normalize_outputs, resolve_device
+from kernelarc.guard.timing import move_pool, placed, poison, time_calls, timing_pool
+from kernelarc.guard.worker_base import environment_info, normalize_outputs, resolve_device
+from kernelarc.problem.axes import resolve_axes, resolve_shape
+from kernelarc.problem.inputs import generate_inputs, load_reference_module, torch_dtype
+from kernelarc.problem.schema import Workload
 
 
 def _without_run(source: str) -> str:
@@ -51,56 +81,45 @@ def _without_run(source: str) -> str:
     return ast.unparse(tree)
 
 
-def _viol(vs: list[Violation]) -> list[dict[str, str]]:
-    return [{"check": v.check, "detail": v.detail} for v in vs]
+def _viol(vs: list[Violation]) -> list[ViolationReport]:
+    return [ViolationReport(check=v.check, detail=v.detail) for v in vs]
 
 
 class CandidateRole:
-    def __init__(self, msg: dict[str, Any], warmed: Prewarm | None = None) -> None:
+    def __init__(self, msg: CandidateSetup, warmed: Prewarm | None = None) -> None:
         """``warmed``: the worker's own :func:`prewarm_inductor`, run before its first
         request (a CUDA guard's spares), or None."""
         import torch
 
-        import kernelarc.guard.candidate as self_mod
-        import kernelarc.guard.compare as compare_mod
-        import kernelarc.guard.compile_pool as pool_mod
-        import kernelarc.guard.cuda_ipc as ipc_mod
-        import kernelarc.guard.protocol as protocol_mod
-        import kernelarc.guard.sentinel as sentinel_mod
-        import kernelarc.guard.timing as timing_mod
-        import kernelarc.guard.worker as worker_mod
-        from kernelarc.guard.build import BuildArtifact, BuildError, load_entry
-        from kernelarc.problem.inputs import load_reference_module
-        from kernelarc.problem.schema import Definition
+        # compare.py imports torch at its top: the worker imports torch only after its
+        # parent watch has started (worker.main)
+        from kernelarc.guard import compare
 
         torch.set_grad_enabled(False)
-        self.device = resolve_device(msg["device"])
-        definition = Definition.model_validate(msg["definition"])
+        self.device = resolve_device(msg.device)
+        definition = msg.definition
         self.definition = definition
         stripped = definition.model_copy(update={"reference": _without_run(definition.reference)})
         self.gen_module = load_reference_module(stripped, name="kernelarc_inputs")
-        self.dps = bool(msg["dps"])
-        pol = msg["policy"]
-        art = msg["artifact"]
-        artifact = BuildArtifact(
-            **{**art, "root": Path(art["root"]), "module_path": Path(art["module_path"])}
-        )
+        self.dps = msg.dps
+        pol, art = msg.policy, msg.artifact
+        artifact = BuildArtifact(**art.model_dump())
         self.sentinel = Sentinel(
             Policy(
-                candidate_dir=Path(art["root"]),
-                forbidden_roots=tuple(Path(p) for p in pol["forbidden_roots"]),
-                problem_name=pol["problem_name"],
-                library_roots=tuple(Path(p) for p in pol["library_roots"]),
+                candidate_dir=art.root,
+                forbidden_roots=tuple(Path(p) for p in pol.forbidden_roots),
+                problem_name=pol.problem_name,
+                library_roots=tuple(Path(p) for p in pol.library_roots),
             )
         )
         self.notes: list[str] = []
-        self._slots = protocol_mod.SlotWriter()
-        self._exporter = ipc_mod.Exporter()
+        self._slots = protocol.SlotWriter()
+        self._exporter = cuda_ipc.Exporter()
         self.timings: dict[str, float] = {}
         """Seconds of the setup's parts (``load.*`` phases in the parent)."""
         if warmed is not None:
             self.timings["spare_prewarm"] = warmed.seconds
-        if uses_inductor(Path(art["root"])):
+        if uses_inductor(art.root):
             if warmed is None:
                 warmed = prewarm_inductor(probe=self.device.type != "cuda")
                 self.timings["prewarm"] = warmed.seconds
@@ -113,56 +132,54 @@ class CandidateRole:
         self.sentinel.install()
         self.sentinel.arm(
             [
-                self_mod,
-                compare_mod,
-                pool_mod,
-                ipc_mod,
-                protocol_mod,
-                sentinel_mod,
-                timing_mod,
-                worker_mod,
+                sys.modules[__name__],
+                compare,
+                compile_pool,
+                cuda_ipc,
+                messages,
+                protocol,
+                sentinel,
+                timing,
+                worker_base,
             ]
         )
         self.fn: Any = None
-        self.load_error: dict[str, Any] | None = None
+        self.load_error: ErrorReply | None = None
         t0 = time.monotonic()
         try:
             self.fn = load_entry(artifact)
         except BuildError as e:
-            self.load_error = {"error": "compile", "message": str(e), "log": e.log}
+            self.load_error = ErrorReply(error="compile", message=str(e), log=e.log)
         except BaseException as e:  # an import-time crash of the solution
-            self.load_error = {
-                "error": "compile",
-                "message": f"{type(e).__name__}: {e}",
-                "log": traceback.format_exc(limit=8),
-            }
+            self.load_error = ErrorReply(
+                error="compile",
+                message=f"{type(e).__name__}: {e}",
+                log=traceback.format_exc(limit=8),
+            )
         self.timings["entry"] = time.monotonic() - t0
         self.import_violations = self.sentinel.check_after_call() + self.sentinel.take()
         self._timed: dict[str, tuple[list[Any], list[Any]]] = {}
 
-    def setup_reply(self) -> dict[str, Any]:
-        from kernelarc.guard.worker import environment_info
-
+    def setup_reply(self) -> CandidateReady | ErrorReply:
         if self.load_error:
-            return {
-                **self.load_error,
-                "violations": _viol(self.import_violations),
-                "notes": self.notes,
-                "timings": self.timings,
-            }
-        return {
-            "ok": True,
-            "violations": _viol(self.import_violations),
-            "precision": self.sentinel.precision_changes(),
-            "environment": environment_info(self.device),
-            "notes": self.notes,
-            "timings": self.timings,
-        }
+            return self.load_error.model_copy(
+                update={
+                    "violations": _viol(self.import_violations),
+                    "notes": self.notes,
+                    "timings": self.timings,
+                }
+            )
+        return CandidateReady(
+            ok=True,
+            violations=_viol(self.import_violations),
+            precision=self.sentinel.precision_changes(),
+            environment=environment_info(self.device),
+            notes=self.notes,
+            timings=self.timings,
+        )
 
     # ------------------------------------------------------------------ helpers
-    def _generate(self, workload: Any, seed: int) -> list[Any]:
-        from kernelarc.problem.inputs import generate_inputs
-
+    def _generate(self, workload: Workload, seed: int) -> list[Any]:
         gen = generate_inputs(
             self.definition,
             workload,
@@ -173,12 +190,8 @@ class CandidateRole:
         )
         return list(gen.values.values())
 
-    def _alloc_outputs(self, workload: Any) -> list[Any]:
+    def _alloc_outputs(self, workload: Workload) -> list[Any]:
         import torch
-
-        from kernelarc.guard.timing import poison
-        from kernelarc.problem.axes import resolve_axes, resolve_shape
-        from kernelarc.problem.inputs import torch_dtype
 
         env = resolve_axes(self.definition, workload)
         outs = []
@@ -213,10 +226,7 @@ class CandidateRole:
         the GPU when ``ipc`` (kept alive until the next request), the rest through files."""
         import torch
 
-        from kernelarc.guard.cuda_ipc import ExchangeUnavailable
-        from kernelarc.guard.protocol import WIRE_DTYPES
-
-        headers = []
+        headers: list[dict[str, Any]] = []
         for name, t in zip(self.definition.outputs, outs, strict=False):
             if not isinstance(t, torch.Tensor):
                 headers.append({"kind": "object", "type": type(t).__qualname__})
@@ -231,44 +241,38 @@ class CandidateRole:
             headers.append(self._slots.write(t, exchange / f"{tag}_{name}.bin"))
         return headers
 
-    def _bad_count(self, outs: tuple[Any, ...]) -> dict[str, Any] | None:
+    def _bad_count(self, outs: tuple[Any, ...]) -> ErrorReply | None:
         n = len(self.definition.outputs)
         if len(outs) != n:
-            return {
-                "error": "outputs",
-                "message": f"returned {len(outs)} outputs, the definition has {n}",
-            }
+            return ErrorReply(
+                error="outputs", message=f"returned {len(outs)} outputs, the definition has {n}"
+            )
         return None
 
     # ------------------------------------------------------------------ requests
-    def release(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def release(self, msg: ReleaseRequest) -> Done:
         """Let go of the outputs still exported to the reference worker and of the timed
         inputs kept for a re-check (before the reference is timed beside this worker)."""
         self._exporter.release()
         self._timed.clear()
-        return {"ok": True}
+        return Done(ok=True)
 
-    def warm(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def warm(self, msg: WarmRequest) -> Warmed:
         """The compile pass (``compile_pool.py``): one call per workload with Inductor's
         compile pool up, before anything is judged."""
-        from kernelarc.guard.compile_pool import compile_pass
-
         return compile_pass(self, msg)
 
-    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def run(self, msg: RunRequest) -> CandidateRan | ErrorReply:
         import torch
 
-        from kernelarc.guard.timing import poison
-        from kernelarc.problem.schema import Workload
-
-        wl = Workload.model_validate(msg["workload"])
-        seed = int(msg["seed"])
+        wl = msg.workload
+        seed = msg.seed
         self._exporter.release()  # the reference worker has copied what it needed
         marks = [time.monotonic()]  # where the round's time goes (diagnostics: ROUND_PARTS)
         with self.sentinel.harness():
             inputs = self._generate(wl, seed)
             outputs = self._alloc_outputs(wl) if self.dps else []
-            reuse = self._timed.pop(wl.uuid, None) if msg.get("reuse_timed") else None
+            reuse = self._timed.pop(wl.uuid, None) if msg.reuse_timed else None
             if reuse is not None:
                 # Fresh values at the very addresses the last timed call used: a result
                 # cached by pointer is now stale and fails the comparison.
@@ -288,7 +292,7 @@ class CandidateRole:
                     outputs = old_out
             release_cached(self.device)  # what making the inputs freed (module docstring)
             marks.append(time.monotonic())
-            untouched = Untouched(inputs, int(msg["copy_bytes"]))
+            untouched = Untouched(inputs, msg.copy_bytes)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             marks.append(time.monotonic())
@@ -298,12 +302,12 @@ class CandidateRole:
                 torch.cuda.synchronize(self.device)
             marks.append(time.monotonic())
         except BaseException as e:
-            return {
-                "error": "runtime",
-                "message": f"{type(e).__name__}: {e}",
-                "traceback": traceback.format_exc(limit=10),
-                "violations": _viol(self.sentinel.take()),
-            }
+            return ErrorReply(
+                error="runtime",
+                message=f"{type(e).__name__}: {e}",
+                traceback=traceback.format_exc(limit=10),
+                violations=_viol(self.sentinel.take()),
+            )
         found = self.sentinel.check_after_call()
         with self.sentinel.harness():
             wrote = [  # judged by the parent against what the reference itself writes
@@ -319,47 +323,37 @@ class CandidateRole:
             )
             bad = self._bad_count(outs)
             if bad:
-                return {**bad, "violations": _viol(self.sentinel.take() + found)}
+                return bad.model_copy(update={"violations": _viol(self.sentinel.take() + found)})
             ok_types = not any(v.check == "output-type" for v in found)
-            ipc = bool(msg.get("ipc"))
             marks.append(time.monotonic())
-            headers = self._write(outs, "slot0", Path(msg["exchange_dir"]), ipc) if ok_types else []
+            headers = (
+                self._write(outs, "slot0", Path(str(msg.exchange_dir)), msg.ipc) if ok_types else []
+            )
             marks.append(time.monotonic())
-        return {
-            "ok": True,
-            "outputs": headers,
-            "writes": {"inputs": wrote, "aliases": aliases},
-            "violations": _viol(self.sentinel.take() + found),
-            "precision": self.sentinel.precision_changes(),
-            "phases_s": dict(zip(ROUND_PARTS, map(operator.sub, marks[1:], marks), strict=True)),
-        }
-
-    def time(self, msg: dict[str, Any]) -> dict[str, Any]:
-
-        from kernelarc.guard.compile_pool import compile_stats
-        from kernelarc.guard.timing import (
-            move_pool,
-            placed,
-            poison,
-            time_calls,
-            timing_pool,
+        return CandidateRan(
+            ok=True,
+            outputs=headers,
+            writes=Writes(inputs=wrote, aliases=aliases),
+            violations=_viol(self.sentinel.take() + found),
+            precision=self.sentinel.precision_changes(),
+            phases_s=dict(zip(ROUND_PARTS, map(operator.sub, marks[1:], marks), strict=True)),
         )
-        from kernelarc.problem.schema import Workload
 
-        wl = Workload.model_validate(msg["workload"])
-        calls = int(msg["warmup"]) + int(msg["iterations"])
+    def time(self, msg: TimeRequest) -> CandidateTimed | ErrorReply:
+        wl = msg.workload
+        calls = msg.warmup + msg.iterations
         t0 = time.monotonic()
         self._exporter.release()
         self._timed.clear()  # a re-check not asked for: its buffers go
         with self.sentinel.harness():
             pool = timing_pool(
                 lambda seed: self._generate(wl, seed),
-                msg["seeds"],
+                msg.seeds,
                 calls,
                 self.device,
-                cap=int(msg.get("pool_sets", 0)),
+                cap=msg.pool_sets,
             )
-            seeds = [int(s) for s in msg["seeds"][: len(pool)]]
+            seeds = msg.seeds[: len(pool)]
             outs = [placed(self._alloc_outputs(wl)) if self.dps else [] for _ in pool]
             release_cached(self.device)
         # Outputs kept for the judge: the middle timed call's and the latest call's (the
@@ -369,8 +363,8 @@ class CandidateRole:
         # the reference, timed in the other worker, does not pay (on the CPU the eager
         # reference judged as a candidate read 0.52-0.62x of itself on its larger shapes).
         kept: dict[int, Any] = {}
-        mid = int(msg["warmup"]) + int(msg["iterations"]) // 2
-        one = bool(msg["one_sample"])
+        mid = msg.warmup + msg.iterations // 2
+        one = msg.one_sample
         k = len(pool)
         # The timed region holds the solution's call alone, as for the reference (worker.py):
         # argument lists are built, and results kept and normalised, outside it. (With the
@@ -401,13 +395,13 @@ class CandidateRole:
             res = time_calls(
                 call,
                 before,
-                warmup=int(msg["warmup"]),
-                iterations=int(msg["iterations"]),
+                warmup=msg.warmup,
+                iterations=msg.iterations,
                 device=self.device,
-                use_cupti=bool(msg.get("cupti")),
-                min_timed_ms=float(msg.get("min_timed_ms", 0.0)),
-                max_iterations=int(msg.get("max_iterations", 0)),
-                max_timed_ms=float(msg.get("max_timed_ms", 0.0)),
+                use_cupti=msg.cupti,
+                min_timed_ms=msg.min_timed_ms,
+                max_iterations=msg.max_iterations,
+                max_timed_ms=msg.max_timed_ms,
                 keep=keep,
             )
             calls = res.calls
@@ -417,28 +411,28 @@ class CandidateRole:
                 # CUPTI saw a timed call do nothing on the GPU, although the problem's
                 # outputs live there: the results were not computed while being timed.
                 found.append(Violation("recheck", f"a timed call launched no GPU work ({e})"))
-            return {
-                "error": "runtime",
-                "message": f"{type(e).__name__}: {e}",
-                "traceback": traceback.format_exc(limit=10),
-                "violations": _viol(found),
-            }
+            return ErrorReply(
+                error="runtime",
+                message=f"{type(e).__name__}: {e}",
+                traceback=traceback.format_exc(limit=10),
+                violations=_viol(found),
+            )
         t2 = time.monotonic()
         found = self.sentinel.check_after_call()
         if res.escaped:
             found.append(Violation("stream-escape", res.escape_detail))
         with self.sentinel.harness():
-            sampled = []  # [seed, headers]: with a one-set pool both calls had one seed
+            sampled = []  # with a one-set pool both calls had one seed
             for n, idx in enumerate([calls - 1] if one else sorted({mid, calls - 1})):
                 if idx in kept:
                     j = idx % k
                     headers = self._write(
                         self._results(kept[idx], outs[j]),
                         f"slot{n}",  # one file per output and slot, rounds share slot0
-                        Path(msg["exchange_dir"]),
-                        bool(msg.get("ipc")),
+                        Path(str(msg.exchange_dir)),
+                        msg.ipc,
                     )
-                    sampled.append([seeds[j], headers])
+                    sampled.append(Sample(seed=seeds[j], outputs=headers))
             compiled = compile_stats()
         final = (calls - 1) % k
         # the re-check reuses these addresses, unless they would crowd the reference's
@@ -447,15 +441,15 @@ class CandidateRole:
         pool.clear()
         outs.clear()
         kept.clear()  # the worker loop then hands cached memory back (held_memory.py)
-        return {
-            "ok": True,
-            "summary": res.summary(),
-            "samples_ms": res.samples_ms,
-            "pool": k,
-            "sampled": sampled,
-            "one_sample": one,
-            "phases_s": {"inputs": t1 - t0, "calls": t2 - t1, "outputs": time.monotonic() - t2},
-            "torch_compile": compiled,
-            "violations": _viol(self.sentinel.take() + found),
-            "precision": self.sentinel.precision_changes(),
-        }
+        return CandidateTimed(
+            ok=True,
+            summary=res.summary(),
+            samples_ms=res.samples_ms,
+            pool=k,
+            sampled=sampled,
+            one_sample=one,
+            phases_s={"inputs": t1 - t0, "calls": t2 - t1, "outputs": time.monotonic() - t2},
+            torch_compile=compiled,
+            violations=_viol(self.sentinel.take() + found),
+            precision=self.sentinel.precision_changes(),
+        )

@@ -44,11 +44,11 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
-from pydantic import BaseModel, ConfigDict
 
+from kernelarc.guard.messages import OutputCheck
 from kernelarc.problem.schema import Tolerance
 
 if TYPE_CHECKING:  # compare_fused imports Triton: only where the fused path runs
@@ -81,28 +81,9 @@ DEFAULT_CHUNK_ELEMS = 1 << 26
 FUSED_MIN_ELEMS = 1 << 20
 _HAS_TRITON = importlib.util.find_spec("triton") is not None
 
-Status = Literal["ok", "shape", "dtype", "numerical", "type"]
-
 
 class ReferenceMismatch(ValueError):
     """The reference output itself does not fit the definition (an invalid reference)."""
-
-
-class OutputCheck(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    status: Status
-    message: str
-    max_absolute_error: float = 0.0
-    max_relative_error: float = 0.0
-    matched_ratio: float = 0.0
-    has_nan: bool = False
-    has_inf: bool = False
-    rel_l2_error: float | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
 
 
 def _type_problem(out: Any) -> str | None:
@@ -197,7 +178,7 @@ def _chunk_fused(x: torch.Tensor, y: torch.Tensor, tol: Tolerance, acc: _Acc) ->
     and rejects the candidate, never judging it some other way unseen."""
     if not (x.is_cuda and x.numel() >= FUSED_MIN_ELEMS and _HAS_TRITON):
         return False
-    from kernelarc.guard import compare_fused
+    from kernelarc.guard import compare_fused  # imports Triton: only where the fused path runs
 
     atol, rtol = float(tol.max_atol), float(tol.max_rtol)
     if not compare_fused.can_fuse(x, y, atol):

@@ -32,6 +32,10 @@ import signal
 import time
 from typing import Any
 
+from kernelarc.guard.held_memory import compiled_graphs
+from kernelarc.guard.messages import ViolationReport, Warmed, WarmRequest
+from kernelarc.guard.sentinel import Violation, child_pids
+
 #: Seconds to wait for the pool's first worker before compiling without it.
 READY_TIMEOUT_S = 60.0
 #: Dynamo's recompile limits (per function, over all functions) for a shape-specialised
@@ -140,8 +144,6 @@ def compile_stats() -> dict[str, Any] | None:
     compiled, seconds in Dynamo's frame compiles, in Inductor, and waiting for its kernels;
     None when nothing was compiled. Diagnostics for the traces only: the solution runs in
     this process and could alter these counters, so no verdict reads them."""
-    from kernelarc.guard.held_memory import compiled_graphs
-
     graphs = compiled_graphs()
     if graphs == 0:
         return None
@@ -161,28 +163,24 @@ def compile_stats() -> dict[str, Any] | None:
     }
 
 
-def compile_pass(role: Any, msg: dict[str, Any]) -> dict[str, Any]:
-    """The candidate worker's ``warm`` request: ``msg["workloads"]`` (with ``msg["seeds"]``,
-    one per workload) each called once with the pool up, none started after ``msg["max_s"]``
+def compile_pass(role: Any, msg: WarmRequest) -> Warmed:
+    """The candidate worker's ``warm`` request: ``msg.workloads`` (with ``msg.seeds``, one
+    per workload) each called once with the pool up, none started after ``msg.max_s``
     seconds; then the pool torn down. ``role`` is the
     :class:`~kernelarc.guard.candidate.CandidateRole`. A call that raises is only a note: the
     same call in the first correctness round gets the verdict. Skipped (a note) unless this
     worker is PID 1 of its namespace: the sweep kills every other process it can see."""
     import torch
 
-    from kernelarc.guard.sentinel import Violation, child_pids
-    from kernelarc.problem.schema import Workload
-
     sentinel, device = role.sentinel, role.device
-    workers = int(msg["workers"])
+    workers = msg.workers
     if os.getpid() != 1:  # the sweep below would reach processes outside the worker
-        return {
-            "ok": True,
-            "seconds": 0.0,
-            "called": [],
-            "notes": ["compile pass skipped: the worker is not PID 1 of a PID namespace"],
-            "violations": [],
-        }
+        return Warmed(
+            ok=True,
+            seconds=0.0,
+            called=[],
+            notes=["compile pass skipped: the worker is not PID 1 of a PID namespace"],
+        )
     pool = CompilePool(workers)
     found: list[Violation] = []
     notes: list[str] = []
@@ -194,15 +192,14 @@ def compile_pass(role: Any, msg: dict[str, Any]) -> dict[str, Any]:
                 ready_s = pool.start()
             except Exception as e:  # the library's failure, not the candidate's
                 notes.append(f"compile pass skipped: the compile pool did not start ({e})"[:300])
-                return {"ok": True, "seconds": 0.0, "called": [], "notes": notes, "violations": []}
+                return Warmed(ok=True, seconds=0.0, called=[], notes=notes)
             sentinel.adopt(set(child_pids()))
-        for wj, seed in zip(msg["workloads"], msg["seeds"], strict=True):
-            if time.monotonic() - t0 > float(msg["max_s"]):  # the rest compile when judged
+        for wl, seed in zip(msg.workloads, msg.seeds, strict=True):
+            if time.monotonic() - t0 > msg.max_s:  # the rest compile when judged
                 break
-            wl = Workload.model_validate(wj)
             called.append(wl.uuid)
             with sentinel.harness():
-                inputs = role._generate(wl, int(seed))
+                inputs = role._generate(wl, seed)
                 outputs = role._alloc_outputs(wl) if role.dps else []
             try:
                 role._call(inputs, outputs)
@@ -230,13 +227,15 @@ def compile_pass(role: Any, msg: dict[str, Any]) -> dict[str, Any]:
         f"Inductor compile workers ({seconds:.1f} s, the pool ready in {ready_s:.1f} s) "
         "before judging; the pool was then shut down",
     )
-    return {
-        "ok": True,
-        "seconds": seconds,
-        "called": called,
-        "notes": notes,
-        "violations": [{"check": v.check, "detail": v.detail} for v in found + sentinel.take()],
-    }
+    return Warmed(
+        ok=True,
+        seconds=seconds,
+        called=called,
+        notes=notes,
+        violations=[
+            ViolationReport(check=v.check, detail=v.detail) for v in found + sentinel.take()
+        ],
+    )
 
 
 __all__ = [

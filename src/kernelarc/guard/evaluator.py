@@ -19,15 +19,22 @@ from __future__ import annotations
 import contextlib
 import functools
 import shutil
+import site
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernelarc.env import cache_dir as default_cache_dir
+from kernelarc.errors import KernelArcError
 from kernelarc.guard.config import EvalResult, GuardConfig, resolve_device
+from kernelarc.guard.cupti import cupti_available
+from kernelarc.guard.footprint import device_bytes
+from kernelarc.guard.footprint import one_timed_call as footprint_one_timed_call
+from kernelarc.guard.interleave import interleaved_compare
 from kernelarc.guard.isolation import (
     Isolation,
     WorkerCrashed,
@@ -36,20 +43,33 @@ from kernelarc.guard.isolation import (
     probe_isolation,
     scrubbed_environment,
 )
+from kernelarc.guard.messages import (
+    Emulated,
+    EmulatedRequest,
+    ErrorReply,
+    MalformedReply,
+    Policy,
+    ReferenceReady,
+    ReferenceSetup,
+    ReferenceTimed,
+    TimeRequest,
+    decode,
+)
 from kernelarc.guard.noise import Decision
 from kernelarc.guard.scratch import make_scratch, sweep_stale
-from kernelarc.guard.verdict import REFERENCE_FAILED, Verdict, WorkloadOutcome, make_trace
+from kernelarc.guard.session import CandidateSession, SessionSettings
+from kernelarc.guard.verdict import (
+    REFERENCE_FAILED,
+    Verdict,
+    WorkloadOutcome,
+    hack,
+    make_trace,
+)
 from kernelarc.problem.loader import Problem
 from kernelarc.problem.schema import Solution, Workload
 
-if TYPE_CHECKING:
-    from kernelarc.guard.session import CandidateSession
-
 
 def _library_roots(cache: Path) -> list[str]:
-    import site
-    import sysconfig
-
     roots = {
         sys.prefix,
         sys.base_prefix,
@@ -110,12 +130,8 @@ class Guard:
     def _cupti_wanted(self) -> bool:
         if self.config.cupti == "off" or not self.device.startswith("cuda"):
             return False
-        from kernelarc.guard.cupti import cupti_available
-
         ok = cupti_available()
         if self.config.cupti == "on" and not ok:
-            from kernelarc.errors import KernelArcError
-
             raise KernelArcError(
                 "--cupti on: cupti-python is not importable here; install "
                 "it (pip install cupti-python) or use --cupti auto"
@@ -170,25 +186,26 @@ class Guard:
         ref, self._ref_started = self._ref_started, None
         if ref is None or not ref.alive():
             ref = self._new_worker("reference")
-        reply = ref.request(
-            {
-                "op": "setup",
-                "device": self.device,
-                "definition": self.problem.definition.model_dump(mode="json"),
-                "problem_root": str(self.problem.root),
-                "cache_bytes": (4 << 30) if self.device.startswith("cuda") else (1 << 30),
-            },
-            timeout=self.config.setup_timeout,
+        setup = ReferenceSetup(
+            device=self.device,
+            definition=self.problem.definition,
+            problem_root=str(self.problem.root),
+            cache_bytes=(4 << 30) if self.device.startswith("cuda") else (1 << 30),
         )
-        if not reply.get("ok"):
+        raw = ref.request(setup, timeout=self.config.setup_timeout)
+        try:
+            reply = decode(raw, ReferenceReady)
+        except MalformedReply as e:
             ref.kill()
-            from kernelarc.errors import KernelArcError
-
+            name = self.problem.definition.name
+            raise KernelArcError(f"the reference worker of {name}: {e}") from None
+        if isinstance(reply, ErrorReply):
+            ref.kill()
             raise KernelArcError(
                 f"the reference of {self.problem.definition.name} does not "
-                f"load: {reply.get('message')}\n{reply.get('traceback', '')}"
+                f"load: {reply.message}\n{reply.traceback}"
             )
-        self._ref_env = reply["environment"]
+        self._ref_env = reply.environment
         self._ref = ref
         return ref
 
@@ -219,12 +236,20 @@ class Guard:
         if self._spare is None or not self._spare.alive():
             self._spare = self._new_worker("candidate")
 
-    def policy(self) -> dict[str, Any]:
-        return {
-            "forbidden_roots": [str(self.problem.root.resolve())],
-            "problem_name": self.problem.definition.name,
-            "library_roots": _library_roots(self.cache),
-        }
+    def policy(self) -> Policy:
+        """What the candidate's sentinel forbids: the problem's files (its reference)."""
+        return Policy(
+            forbidden_roots=[str(self.problem.root.resolve())],
+            problem_name=self.problem.definition.name,
+            library_roots=_library_roots(self.cache),
+        )
+
+    def settings(self, config: GuardConfig | None = None) -> SessionSettings:
+        """A session's settings: ``config`` (default: the guard's) and the guard's current
+        choices for CUDA IPC and CUPTI."""
+        return SessionSettings(
+            config=config or self.config, gpu_exchange=self.gpu_exchange, cupti=self._use_cupti
+        )
 
     def environment(self) -> dict[str, Any]:
         env = dict(self._ref_env or {"hardware": self.device, "libs": {}})
@@ -235,12 +260,14 @@ class Guard:
         ops the device lacks (``problem/emulation.py``); nothing when it emulated none."""
         if self._ref is None or not self._ref.alive():
             return []  # it crashed: its workloads are INVALID_REFERENCE already
-        reply = self._ref.request({"op": "emulated"}, timeout=self.config.setup_timeout)
-        if not reply.get("ok"):
-            from kernelarc.errors import KernelArcError
-
-            raise KernelArcError(f"reference worker: {reply.get('message')}")
-        ops = [str(op) for op in reply.get("ops") or []]
+        raw = self._ref.request(EmulatedRequest(), timeout=self.config.setup_timeout)
+        try:
+            reply = decode(raw, Emulated)
+        except MalformedReply as e:
+            raise KernelArcError(f"reference worker: {e}") from None
+        if isinstance(reply, ErrorReply):
+            raise KernelArcError(f"reference worker: {reply.message}")
+        ops = reply.ops
         return [f"reference ran emulated: {', '.join(ops)}"] if ops else []
 
     # ------------------------------------------------------------------ evaluation
@@ -273,8 +300,6 @@ class Guard:
         not built, loaded or compiled again (torch.compile candidates compiled per shape).
         Its worker is still replaced after any failure; the caller closes it. Without one,
         each call has a worker of its own."""
-        from kernelarc.guard.session import CandidateSession as Session
-
         t0 = time.monotonic()
         chosen = list(workloads) if workloads is not None else list(self.problem.workloads)
         update: dict[str, Any] = {
@@ -292,13 +317,14 @@ class Guard:
         held = session is not None
         if held and fresh_jit:
             raise ValueError("evaluate(fresh_jit=True) starts its own worker: no session")
+        settings = self.settings(cfg)
+        settings.fresh_jit = fresh_jit
         if session is None:
-            session = Session(self, solution, cfg)
-            session.fresh_jit = fresh_jit
+            session = CandidateSession(self, solution, settings)
         elif session.solution.content_hash() != solution.content_hash():
             raise ValueError("evaluate(session=...): the session is for another solution")
         else:
-            session.cfg = cfg
+            session.settings = settings
         before = session.reported  # a held session's phases of earlier calls (build first)
         outcomes: list[WorkloadOutcome] = []
         stopped: str | None = None
@@ -310,6 +336,8 @@ class Guard:
                 if stopped:
                     break
         finally:
+            if not session.settings.gpu_exchange:  # CUDA IPC failed: files from now on
+                self.gpu_exchange = False
             if not held:
                 session.close()
         env = self.environment()
@@ -339,9 +367,7 @@ class Guard:
     def open_session(self, solution: Solution) -> CandidateSession:
         """A candidate session to pass to several :meth:`evaluate` calls of ``solution``
         (built now; its worker starts on first use). Close it (``.close()``) when done."""
-        from kernelarc.guard.session import CandidateSession as Session
-
-        return Session(self, solution)
+        return CandidateSession(self, solution)
 
     def compare(
         self,
@@ -357,8 +383,6 @@ class Guard:
         each in ``processes`` (at least 3) new workers of its own, over the same input pool
         (``guard/interleave.py``; the rule: ``guard/noise.py``). Judge correctness with
         :meth:`evaluate` first; a failure or reward-hack finding here raises ``Verdict``."""
-        from kernelarc.guard.interleave import interleaved_compare
-
         chosen = list(workloads) if workloads is not None else list(self.problem.workloads)
         return interleaved_compare(
             self, candidate, incumbent, chosen, processes=processes, min_gain=min_gain, z=z
@@ -367,16 +391,12 @@ class Guard:
     @functools.cached_property
     def device_memory(self) -> int | None:
         """The device's memory in bytes (None on the CPU), read once."""
-        from kernelarc.guard.footprint import device_bytes
-
         return device_bytes(self.device)
 
     def one_timed_call(self, wl: Workload) -> bool:
         """Whether only the last timed call of ``wl`` is judged on this device
         (``footprint.one_timed_call``)."""
-        from kernelarc.guard.footprint import one_timed_call
-
-        return one_timed_call(self.problem.definition, wl, self.device_memory)
+        return footprint_one_timed_call(self.problem.definition, wl, self.device_memory)
 
     def reference_timing(
         self,
@@ -390,34 +410,33 @@ class Guard:
         ``cfg`` (default: the guard's): the same warm-up and timed calls as the candidate it
         is compared with. Cached per workload and protocol for the guard's lifetime, unless
         ``cfg.retime_reference`` asks for a new timing (which then replaces the cached one).
-        (A screening's 3 + 10 calls against a reference timed with 10 + 50 read the
-        reference itself as a candidate at 0.75-0.89x on the CPU: docs/GUARD.md.)"""
+        The protocol is part of the key: a reference timed with other call counts than the
+        candidate misreads the ratio (docs/GUARD.md)."""
         cfg = cfg or self.config
         protocol = (cfg.warmup, cfg.iterations, cfg.min_timed_ms, cfg.max_iterations)
         key = (wl.uuid, compiled, *protocol, cfg.max_timed_ms, cfg.pool_sets)
         if key not in self._ref_times or cfg.retime_reference:
             ref = self.reference()
-            reply = ref.request(
-                {
-                    "op": "time",
-                    "workload": wl.model_dump(mode="json"),
-                    "seeds": seeds,
-                    "warmup": cfg.warmup,
-                    "iterations": cfg.iterations,
-                    "min_timed_ms": cfg.min_timed_ms,
-                    "max_iterations": cfg.max_iterations,
-                    "max_timed_ms": cfg.max_timed_ms,
-                    "pool_sets": cfg.pool_sets,
-                    "compiled": compiled,
-                    "cupti": self._use_cupti,
-                },
-                timeout=max(deadline - time.monotonic(), 1.0),
+            request = TimeRequest(
+                workload=wl,
+                seeds=seeds,
+                warmup=cfg.warmup,
+                iterations=cfg.iterations,
+                min_timed_ms=cfg.min_timed_ms,
+                max_iterations=cfg.max_iterations,
+                max_timed_ms=cfg.max_timed_ms,
+                pool_sets=cfg.pool_sets,
+                compiled=compiled,
+                cupti=self._use_cupti,
             )
-            if not reply.get("ok"):
-                raise Verdict(
-                    "INVALID_REFERENCE", f"timing {REFERENCE_FAILED}: {reply.get('message')}"
-                )
-            self._ref_times[key] = reply["summary"]
+            raw = ref.request(request, timeout=max(deadline - time.monotonic(), 1.0))
+            try:
+                reply = decode(raw, ReferenceTimed)
+            except MalformedReply as e:
+                raise hack("check-error", f"timing the reference: {e}") from None
+            if isinstance(reply, ErrorReply):
+                raise Verdict("INVALID_REFERENCE", f"timing {REFERENCE_FAILED}: {reply.message}")
+            self._ref_times[key] = reply.summary
         return self._ref_times[key]
 
     def close(self) -> None:

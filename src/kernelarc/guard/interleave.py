@@ -12,19 +12,16 @@ covered: correctness (judge both with ``Guard.evaluate`` first; a failure here r
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
+from kernelarc.guard.messages import CandidateTimed, TimeRequest
 from kernelarc.guard.noise import MIN_PROCESSES, Decision, Samples, is_better_across
 from kernelarc.guard.protocol import POOL_ROUND_BASE, derive_seed
-from kernelarc.guard.session import CandidateSession
+from kernelarc.guard.session import CandidateSession, GuardSide
 from kernelarc.problem.schema import Solution, Workload
-
-if TYPE_CHECKING:
-    from kernelarc.guard.evaluator import Guard
 
 
 def interleaved_compare(
-    guard: Guard,
+    guard: GuardSide,
     candidate: Solution,
     incumbent: Solution,
     chosen: list[Workload],
@@ -41,7 +38,8 @@ def interleaved_compare(
             f"processes={processes}: at least {MIN_PROCESSES} worker processes per side are "
             "needed to estimate the spread between processes"
         )
-    cfg = guard.config
+    settings = guard.settings()
+    cfg = settings.config
     per_block = max(3, cfg.iterations // processes)
     seeds = {
         wl.uuid: [
@@ -54,27 +52,28 @@ def interleaved_compare(
     for p in range(processes):
         order = (0, 1) if p % 2 == 0 else (1, 0)
         for side in order:
-            session = CandidateSession(guard, (candidate, incumbent)[side])
+            session = CandidateSession(guard, (candidate, incumbent)[side], settings)
             try:
                 if session.fatal is not None:
                     raise session.fatal
                 run = []
                 for wl in chosen:
-                    reply = session._cand(
-                        {
-                            "op": "time",
-                            "workload": wl.model_dump(mode="json"),
-                            "seeds": seeds[wl.uuid],
-                            "warmup": cfg.warmup,
-                            "iterations": per_block,
-                            "one_sample": guard.one_timed_call(wl),
-                            "exchange_dir": str(guard.tmp),
-                            "cupti": guard._use_cupti,
-                        },
+                    request = TimeRequest(
+                        workload=wl,
+                        seeds=seeds[wl.uuid],
+                        warmup=cfg.warmup,
+                        iterations=per_block,
+                        one_sample=guard.one_timed_call(wl),
+                        exchange_dir=str(guard.tmp),
+                        cupti=settings.cupti,
+                    )
+                    reply = session.cand(
+                        request,
+                        CandidateTimed,
                         time.monotonic() + cfg.timeout,
                         "comparison timing",
                     )
-                    run.append(Samples(latencies_ms=reply["samples_ms"]))
+                    run.append(Samples(latencies_ms=reply.samples_ms))
                 runs[side].append(run)
             finally:
                 session.close()

@@ -35,7 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from kernelarc.env import is_secret, parent_environment
+from kernelarc.guard.messages import Ready, Request, ShutdownRequest
 from kernelarc.guard.protocol import Channel, ChannelClosed, ChannelTimeout
 
 _PREFIXES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -171,9 +174,11 @@ class WorkerProcess:
         if self.ready:
             return
         msg = self._recv(timeout, "starting")
-        if msg.get("op") != "ready":
+        try:
+            Ready.model_validate(msg)
+        except ValidationError:
             self.kill()
-            raise WorkerCrashed(f"{self.role} worker sent {msg!r} instead of ready")
+            raise WorkerCrashed(f"{self.role} worker sent {msg!r:.300} instead of ready") from None
         self.ready = True
 
     def alive(self) -> bool:
@@ -195,19 +200,19 @@ class WorkerProcess:
                 f"{self.role} worker {_describe_exit(code)} during {what} ({e})\n{self.log_tail()}"
             ) from None
 
-    def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def request(self, msg: Request, timeout: float) -> dict[str, Any]:
+        """Send ``msg`` and return the raw reply (``messages.decode`` checks it)."""
         assert self.channel is not None
         self.wait_ready(timeout)
         try:
-            self.channel.send(msg)
+            self.channel.send(msg.wire())
         except OSError:
             code = self.proc.wait(timeout=10) if self.proc else None
             self.kill()
             raise WorkerCrashed(
-                f"{self.role} worker {_describe_exit(code)} before "
-                f"{msg.get('op')}\n{self.log_tail()}"
+                f"{self.role} worker {_describe_exit(code)} before {msg.op}\n{self.log_tail()}"
             ) from None
-        return self._recv(timeout, str(msg.get("op")))
+        return self._recv(timeout, msg.op)
 
     def log_tail(self, limit: int = 4000) -> str:
         try:
@@ -229,7 +234,7 @@ class WorkerProcess:
     def close(self, timeout: float = 5.0) -> None:
         if self.alive() and self.channel is not None and self.ready:
             with contextlib.suppress(Exception):
-                self.channel.send({"op": "shutdown"})
+                self.channel.send(ShutdownRequest().wire())
                 deadline = time.monotonic() + timeout
                 while time.monotonic() < deadline and self.alive():
                     time.sleep(0.02)

@@ -19,9 +19,36 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
-from kernelarc.guard.isolation import WorkerCrashed, WorkerProcess, WorkerTimeout
+from kernelarc.guard.build import choose_builder
+from kernelarc.guard.build_base import BuildError
+from kernelarc.guard.config import GuardConfig
+from kernelarc.guard.isolation import Isolation, WorkerCrashed, WorkerProcess, WorkerTimeout
+from kernelarc.guard.messages import (
+    Artifact,
+    CandidateRan,
+    CandidateReady,
+    CandidateSetup,
+    CandidateTimed,
+    Compared,
+    CompareRequest,
+    Done,
+    ErrorReply,
+    MalformedReply,
+    Policy,
+    ReferenceRan,
+    ReleaseRequest,
+    Reply,
+    Request,
+    RunRequest,
+    TimeRequest,
+    ViolationReport,
+    Warmed,
+    WarmRequest,
+    decode,
+)
 from kernelarc.guard.protocol import (
     POOL_ROUND_BASE,
     RECHECK_ROUND,
@@ -29,6 +56,7 @@ from kernelarc.guard.protocol import (
     WARM_ROUND,
     derive_seed,
 )
+from kernelarc.guard.static_scan import static_scan
 from kernelarc.guard.verdict import (
     REFERENCE_FAILED,
     Verdict,
@@ -39,10 +67,57 @@ from kernelarc.guard.verdict import (
     merge_errors,
     reply_verdict,
 )
+from kernelarc.problem.loader import Problem
 from kernelarc.problem.schema import EvaluationStatus, Solution, Workload
 
-if TYPE_CHECKING:
-    from kernelarc.guard.evaluator import Guard, GuardConfig
+R = TypeVar("R", bound=Reply)
+
+
+@dataclasses.dataclass
+class SessionSettings:
+    """What one session judges with: the guard's configuration (or a call's overrides of
+    it), and the choices the guard made for its workers. A session changes only its own
+    (``gpu_exchange`` off once CUDA IPC fails); the guard reads that back after the call."""
+
+    config: GuardConfig
+    gpu_exchange: bool = False
+    """Large CUDA outputs cross to the reference worker on the GPU (``cuda_ipc.py``)."""
+    cupti: bool = False
+    """Timed calls are read with CUPTI (``cupti.py``)."""
+    fresh_jit: bool = False
+    """Every worker of the session starts with empty JIT caches (``Guard.evaluate``)."""
+
+
+class GuardSide(Protocol):
+    """What a session uses of its guard (``evaluator.Guard``): the workers, the problem,
+    the reference's timings and the guard's scratch and caches."""
+
+    problem: Problem
+    device: str
+    tmp: Path
+    cache: Path
+    isolation: Isolation
+
+    def settings(self, config: GuardConfig | None = None) -> SessionSettings: ...
+
+    def reference(self) -> WorkerProcess: ...
+
+    def candidate_worker(self, fresh_jit: bool = False) -> WorkerProcess: ...
+
+    def prepare_spare(self) -> None: ...
+
+    def policy(self) -> Policy: ...
+
+    def one_timed_call(self, wl: Workload) -> bool: ...
+
+    def reference_timing(
+        self,
+        wl: Workload,
+        compiled: bool,
+        seeds: list[int],
+        deadline: float,
+        cfg: GuardConfig | None = None,
+    ) -> dict[str, Any]: ...
 
 
 def lowers_precision(flag: str, value: Any) -> bool:
@@ -58,8 +133,8 @@ def lowers_precision(flag: str, value: Any) -> bool:
 
 
 MIN_PASS_S = 20.0
-"""The least budget (seconds) a compile pass starts with: Inductor's pool took 10.3-11.7 s
-to start on the H200 (session 11), and one pass started with less called nothing in 12.7 s."""
+"""The least budget (seconds) a compile pass starts with: Inductor's pool alone takes about
+10 s to start (docs/GUARD.md), and a pass started with less calls nothing."""
 
 _KEEP = (EvaluationStatus.INVALID_REFERENCE, EvaluationStatus.REWARD_HACK)
 _CHECK_STATUS = {
@@ -74,30 +149,37 @@ class ExchangeFailed(RuntimeError):
 
 
 class CandidateSession:
-    def __init__(self, guard: Guard, solution: Solution, config: GuardConfig | None = None) -> None:
+    """One solution judged by ``guard``: built now, loaded in a candidate worker on first
+    use, which is replaced after any failure. ``settings`` default to the guard's."""
+
+    def __init__(
+        self, guard: GuardSide, solution: Solution, settings: SessionSettings | None = None
+    ) -> None:
         self.guard, self.solution = guard, solution
-        self.cfg = config or guard.config
+        self.settings = settings or guard.settings()
         self.phases: dict[str, float] = {}
         self.reported: dict[str, float] = {}
         """The phases as already reported by earlier ``Guard.evaluate`` calls of a held
         session (each call reports its own share)."""
         self.worker: WorkerProcess | None = None
         self.fatal: Verdict | None = None  # decided for every workload (build/import)
-        self.artifact: dict[str, Any] | None = None
+        self.artifact: Artifact | None = None
         self.setup_notes: list[str] = []
+        self.precision: dict[str, Any] = {}
         self.warmed: set[str] = set()
         """Workloads the compile pass has called (``warm``)."""
         self.warm_notes: list[str] = []
-        self.fresh_jit = False
-        """Every worker of this session starts with empty JIT caches (``Guard.evaluate``)."""
         self._build()
 
-    def _add_parts(self, prefix: str, reply: dict[str, Any], parts: tuple[str, ...]) -> None:
+    @property
+    def cfg(self) -> GuardConfig:
+        return self.settings.config
+
+    def _add_parts(self, prefix: str, given: dict[str, float], parts: tuple[str, ...]) -> None:
         """Adds a worker reply's ``phases_s`` (where its time went: diagnostics, never a
-        verdict; unknown or malformed entries are left out) to :attr:`phases`."""
-        given = reply.get("phases_s")
-        for part, secs in given.items() if isinstance(given, dict) else ():
-            if part in parts and isinstance(secs, int | float) and secs >= 0:
+        verdict; unknown or negative entries are left out) to :attr:`phases`."""
+        for part, secs in given.items():
+            if part in parts and secs >= 0:
                 key = f"{prefix}.{part}"
                 self.phases[key] = self.phases.get(key, 0.0) + float(secs)
 
@@ -106,9 +188,6 @@ class CandidateSession:
 
     # ------------------------------------------------------------------ build & load
     def _build(self) -> None:
-        from kernelarc.guard.build import BuildError, choose_builder
-        from kernelarc.guard.static_scan import static_scan
-
         t0 = time.monotonic()
         sources = {s.path: s.content for s in self.solution.sources}
         found = static_scan(sources)
@@ -128,66 +207,74 @@ class CandidateSession:
             return
         finally:
             self._tick("build", t0)
-        self.artifact = {
-            k: str(v) if k in ("root", "module_path") else v
-            for k, v in dataclasses.asdict(art).items()
-        }
+        self.artifact = Artifact(**dataclasses.asdict(art))
+
+    def _ask(
+        self, worker: WorkerProcess, msg: Request, expected: type[R], timeout: float, what: str
+    ) -> R | ErrorReply:
+        """``msg`` answered by ``worker``, checked: a reply that fits neither ``expected``
+        nor an error reply is a crashed check, which rejects the candidate."""
+        raw = worker.request(msg, timeout=timeout)
+        try:
+            return decode(raw, expected)
+        except MalformedReply as e:
+            raise hack("check-error", f"{what}: {e}") from None
 
     def _ensure_worker(self) -> WorkerProcess:
         if self.worker is not None and self.worker.alive():
             return self.worker
+        assert self.artifact is not None, "a session whose build failed loads nothing"
         t0 = time.monotonic()
-        w = self.guard.candidate_worker(self.fresh_jit)
+        w = self.guard.candidate_worker(self.settings.fresh_jit)
         try:
             w.wait_ready(self.cfg.setup_timeout)
             self._tick("process_start", t0)
             t1 = time.monotonic()
-            reply = w.request(
-                {
-                    "op": "setup",
-                    "device": self.guard.device,
-                    "definition": self.guard.problem.definition.model_dump(mode="json"),
-                    "dps": self.solution.spec.destination_passing_style,
-                    "artifact": self.artifact,
-                    "policy": self.guard.policy(),
-                },
-                timeout=self.cfg.setup_timeout,
+            setup = CandidateSetup(
+                device=self.guard.device,
+                definition=self.guard.problem.definition,
+                dps=self.solution.spec.destination_passing_style,
+                artifact=self.artifact,
+                policy=self.guard.policy(),
             )
+            try:
+                reply = self._ask(
+                    w, setup, CandidateReady, self.cfg.setup_timeout, "loading the solution"
+                )
+            except Verdict:
+                w.kill()
+                raise
             self._tick("load", t1)
-            self._record_setup_timings(reply.get("timings"))
+            self._record_setup_timings(reply.timings)
         except WorkerTimeout as e:
             raise Verdict("TIMEOUT", f"loading the solution: {e}") from None
         except WorkerCrashed as e:
             raise Verdict("RUNTIME_ERROR", f"loading the solution crashed: {e}") from None
-        bad = from_violations(reply.get("violations", []))
+        bad = from_violations(reply.violations)
         if bad is not None:
             w.kill()
             self.fatal = bad
             raise bad
-        if reply.get("error") == "compile":
+        if isinstance(reply, ErrorReply):
             w.kill()
-            self.fatal = Verdict("COMPILE_ERROR", f"{reply.get('message')}\n{reply.get('log', '')}")
-            raise self.fatal
-        if not reply.get("ok"):
-            w.kill()
+            if reply.error == "compile":
+                self.fatal = Verdict("COMPILE_ERROR", f"{reply.message}\n{reply.log}")
+                raise self.fatal
             raise reply_verdict(reply)
-        self.precision = reply.get("precision") or {}
-        self.setup_notes = [str(n) for n in reply.get("notes") or []]
+        self.precision = dict(reply.precision)
+        self.setup_notes = list(reply.notes)
         self.worker = w
         return w
 
-    def _record_setup_timings(self, timings: Any) -> None:
+    def _record_setup_timings(self, timings: dict[str, float]) -> None:
         """The worker's own account of its setup (diagnostics, never the verdict): the
         solution's import (``load.entry``), torch.compile's preparation inside the setup
         (``load.prewarm``) or done by the spare before it (``spare_prewarm``, not part of
         this candidate's time unless the spare was taken before it finished)."""
-        if not isinstance(timings, dict):
-            return
         names = {"entry": "load.entry", "prewarm": "load.prewarm", "spare_prewarm": "spare_prewarm"}
         for key, phase in names.items():
-            value = timings.get(key)
-            if isinstance(value, int | float):
-                self.phases[phase] = self.phases.get(phase, 0.0) + float(value)
+            if key in timings:
+                self.phases[phase] = self.phases.get(phase, 0.0) + float(timings[key])
 
     # ------------------------------------------------------------------ compile pass
     def warm(self, workloads: list[Workload], budget_s: float | None = None) -> None:
@@ -217,18 +304,17 @@ class CandidateSession:
             ]
             return
         t0 = time.monotonic()
-        msg = {
-            "op": "warm",
-            "workers": cfg.compile_workers,
-            "workloads": [w.model_dump(mode="json") for w in todo],
-            "seeds": [derive_seed(cfg.seed, w.uuid, WARM_ROUND) for w in todo],
+        msg = WarmRequest(
+            workers=cfg.compile_workers,
+            workloads=todo,
+            seeds=[derive_seed(cfg.seed, w.uuid, WARM_ROUND) for w in todo],
             # Calls start within one workload's time limit (and the caller's budget): past
             # it, the remaining shapes compile when judged.
-            "max_s": max_s,
-        }
+            max_s=max_s,
+        )
         try:
             w = self._ensure_worker()
-            reply = w.request(msg, timeout=2 * cfg.timeout)
+            raw = w.request(msg, timeout=2 * cfg.timeout)
         except Verdict:
             return  # the solution does not load: each workload's own attempt reports it
         except (WorkerTimeout, WorkerCrashed) as e:
@@ -238,17 +324,23 @@ class CandidateSession:
             return
         finally:
             self._tick("compile_pass", t0)
-        bad = from_violations(reply.get("violations", []))
+        try:
+            reply = decode(raw, Warmed)
+        except MalformedReply as e:
+            self._drop_worker()
+            self.fatal = hack("check-error", f"compile pass: {e}")
+            return
+        bad = from_violations(reply.violations)
         if bad is not None:
             self._drop_worker()
             self.fatal = bad
             return
-        if not reply.get("ok"):
+        if isinstance(reply, ErrorReply):
             self._drop_worker()
-            self.warm_notes = [f"compile pass failed: {reply.get('message')}"[:400]]
+            self.warm_notes = [f"compile pass failed: {reply.message}"[:400]]
             return
-        self.warmed |= {str(u) for u in reply.get("called") or []}
-        self.warm_notes = [str(n) for n in reply.get("notes") or []]
+        self.warmed |= set(reply.called)
+        self.warm_notes = list(reply.notes)
 
     # ------------------------------------------------------------------ one workload
     def evaluate_workload(self, wl: Workload) -> WorkloadOutcome:
@@ -265,7 +357,7 @@ class CandidateSession:
             try:
                 self._judge(wl, outcome, deadline)
             except ExchangeFailed as e:  # judged again from the start, through files
-                self.guard.gpu_exchange = False
+                self.settings.gpu_exchange = False
                 outcome.notes.append(f"outputs cross through files: CUDA IPC failed ({e})")
                 outcome.correctness = None
                 self._judge(wl, outcome, deadline)
@@ -294,15 +386,17 @@ class CandidateSession:
             raise WorkerTimeout("deadline passed")
         return left
 
-    def _ref(self, msg: dict[str, Any], deadline: float) -> dict[str, Any]:
-        reply = self.guard.reference().request(msg, timeout=self._left(deadline))
-        if reply.get("error") == "reference":
-            raise Verdict(
-                "INVALID_REFERENCE",
-                f"{REFERENCE_FAILED}: {reply.get('message')}\n{reply.get('traceback', '')}",
-            )
-        if not reply.get("ok"):
-            raise Verdict("INVALID_REFERENCE", f"reference worker: {reply.get('message')}")
+    def _ref(self, msg: Request, expected: type[R], deadline: float) -> R:
+        reply = self._ask(
+            self.guard.reference(), msg, expected, self._left(deadline), "the reference worker"
+        )
+        if isinstance(reply, ErrorReply):
+            if reply.error == "reference":
+                raise Verdict(
+                    "INVALID_REFERENCE",
+                    f"{REFERENCE_FAILED}: {reply.message}\n{reply.traceback}",
+                )
+            raise Verdict("INVALID_REFERENCE", f"reference worker: {reply.message}")
         return reply
 
     def _judge_round(
@@ -313,59 +407,55 @@ class CandidateSession:
         outcome: WorkloadOutcome,
         deadline: float,
         what: str,
-        writes: Any = None,
+        ran: CandidateRan | None = None,
     ) -> None:
-        """``writes``: what the candidate's call wrote of its inputs (its run reply's
-        ``writes``), checked against what the reference writes; None: not a run."""
-        wj = wl.model_dump(mode="json")
+        """``ran``: the candidate's run reply, whose input writes are checked against what
+        the reference writes; None: not a run (a sampled timed call)."""
         objects = [h for h in headers if h.get("kind") == "object"]
         if objects:
             raise Verdict(
                 "RUNTIME_ERROR",
-                f"{what}: returned a {objects[0]['type']} where a torch.Tensor was expected",
+                f"{what}: returned a {objects[0].get('type')} where a torch.Tensor was expected",
             )
-        ran = self._ref({"op": "run", "workload": wj, "seed": seed}, deadline)
-        self._add_parts("round.reference", ran, ("inputs", "call"))
-        outcome.notes += [n for n in ran.get("notes") or [] if n not in outcome.notes]
-        if writes is not None:
-            check_writes(writes, ran.get("writes"), what)
+        ref_ran = self._ref(RunRequest(workload=wl, seed=seed), ReferenceRan, deadline)
+        self._add_parts("round.reference", ref_ran.phases_s, ("inputs", "call"))
+        outcome.notes += [n for n in ref_ran.notes if n not in outcome.notes]
+        if ran is not None:
+            check_writes(ran.writes, ref_ran.writes, what)
         reply = self._ref(
-            {
-                "op": "compare",
-                "workload": wj,
-                "seed": seed,
-                "outputs": headers,
-                "tolerance": wl.tolerance.model_dump(mode="json"),
-            },
+            CompareRequest(workload=wl, seed=seed, outputs=headers, tolerance=wl.tolerance),
+            Compared,
             deadline,
         )
-        self._add_parts("round", reply, ("compare",))
-        if reply.get("exchange_failed"):
-            if not self.guard.gpu_exchange:  # not asked for: the header is the candidate's
+        self._add_parts("round", reply.phases_s, ("compare",))
+        if reply.exchange_failed is not None:
+            if not self.settings.gpu_exchange:  # not asked for: the header is the candidate's
                 raise hack("output-type", f"{what}: an unrequested CUDA IPC header is refused "
-                           f"({reply['exchange_failed']})")  # fmt: skip
-            raise ExchangeFailed(str(reply["exchange_failed"]))
-        for check in reply["checks"]:
-            status = check.get("status")
-            if status == "ok":
+                           f"({reply.exchange_failed})")  # fmt: skip
+            raise ExchangeFailed(reply.exchange_failed)
+        for check in reply.checks:
+            if check.status == "ok":
                 outcome.correctness = merge_errors(outcome.correctness, check)
                 continue
-            if status == "type":
-                raise hack("output-type", f"{what}: {check.get('message')}")
-            corr = merge_errors(outcome.correctness, check) if status == "numerical" else None
-            raise Verdict(_CHECK_STATUS[str(status)], f"{what}: {check.get('message')}", corr)
+            if check.status == "type":
+                raise hack("output-type", f"{what}: {check.message}")
+            corr = merge_errors(outcome.correctness, check) if check.status == "numerical" else None
+            raise Verdict(_CHECK_STATUS[check.status], f"{what}: {check.message}", corr)
 
-    def _cand(self, msg: dict[str, Any], deadline: float, what: str) -> dict[str, Any]:
+    def cand(self, msg: Request, expected: type[R], deadline: float, what: str) -> R:
+        """``msg`` answered by the candidate's worker (started and loaded when needed):
+        its sentinel's findings, an error or a malformed reply raise the ``Verdict``."""
         w = self._ensure_worker()
-        reply = w.request(msg, timeout=self._left(deadline))
-        bad = from_violations(reply.get("violations", []))
+        reply = self._ask(w, msg, expected, self._left(deadline), what)
+        violations: list[ViolationReport] = getattr(reply, "violations", [])
+        bad = from_violations(violations)
         if bad is not None:
             raise bad
-        if not reply.get("ok"):
+        if isinstance(reply, ErrorReply):
             v = reply_verdict(reply)
             v.log = f"{what}: {v.log}"
             raise v
-        self.precision = {**getattr(self, "precision", {}), **(reply.get("precision") or {})}
+        self.precision = {**self.precision, **getattr(reply, "precision", {})}
         return reply
 
     def _round(
@@ -375,30 +465,23 @@ class CandidateSession:
         outcome: WorkloadOutcome,
         deadline: float,
         what: str,
-        **extra: Any,
+        reuse_timed: bool = False,
     ) -> None:
         """One correctness round: the candidate runs, the reference worker judges."""
-        reply = self._cand(
-            {
-                "op": "run",
-                "workload": wl.model_dump(mode="json"),
-                "seed": seed,
-                "exchange_dir": str(self.guard.tmp),
-                "ipc": self.guard.gpu_exchange,
-                "copy_bytes": self.cfg.copy_bytes,
-                **extra,
-            },
-            deadline,
-            what,
+        request = RunRequest(
+            workload=wl,
+            seed=seed,
+            exchange_dir=str(self.guard.tmp),
+            ipc=self.settings.gpu_exchange,
+            copy_bytes=self.cfg.copy_bytes,
+            reuse_timed=reuse_timed,
         )
-        self._add_parts("round.candidate", reply, ROUND_PARTS)
-        if "writes" not in reply:  # the harness always says; a reply without it was tampered
-            raise hack("check-error", f"{what}: the candidate worker's reply lacks 'writes'")
-        self._judge_round(wl, seed, reply["outputs"], outcome, deadline, what, reply["writes"])
+        reply = self.cand(request, CandidateRan, deadline, what)
+        self._add_parts("round.candidate", reply.phases_s, ROUND_PARTS)
+        self._judge_round(wl, seed, reply.outputs, outcome, deadline, what, reply)
 
     def _judge(self, wl: Workload, outcome: WorkloadOutcome, deadline: float) -> None:
-        cfg, wj, uuid = self.cfg, wl.model_dump(mode="json"), wl.uuid
-        exchange = str(self.guard.tmp)
+        cfg, uuid = self.cfg, wl.uuid
         t0 = time.monotonic()
         for r in range(cfg.rounds):
             self._round(wl, derive_seed(cfg.seed, uuid, r), outcome, deadline, f"round {r + 1}")
@@ -409,31 +492,27 @@ class CandidateSession:
             derive_seed(cfg.seed, uuid, POOL_ROUND_BASE + i)
             for i in range(cfg.warmup + cfg.iterations)
         ]
-        timed = self._cand(
-            {
-                "op": "time",
-                "workload": wj,
-                "seeds": seeds,
-                "warmup": cfg.warmup,
-                "iterations": cfg.iterations,
-                "min_timed_ms": cfg.min_timed_ms,
-                "max_iterations": cfg.max_iterations,
-                "max_timed_ms": cfg.max_timed_ms,
-                "pool_sets": cfg.pool_sets,
-                "one_sample": one,
-                "exchange_dir": exchange,
-                "ipc": self.guard.gpu_exchange,
-                "cupti": self.guard._use_cupti,
-            },
-            deadline,
-            "timing",
+        request = TimeRequest(
+            workload=wl,
+            seeds=seeds,
+            warmup=cfg.warmup,
+            iterations=cfg.iterations,
+            min_timed_ms=cfg.min_timed_ms,
+            max_iterations=cfg.max_iterations,
+            max_timed_ms=cfg.max_timed_ms,
+            pool_sets=cfg.pool_sets,
+            one_sample=one,
+            exchange_dir=str(self.guard.tmp),
+            ipc=self.settings.gpu_exchange,
+            cupti=self.settings.cupti,
         )
+        timed = self.cand(request, CandidateTimed, deadline, "timing")
         self._tick("timing", t1)
-        self._add_parts("timing", timed, ("inputs", "calls", "outputs"))
+        self._add_parts("timing", timed.phases_s, ("inputs", "calls", "outputs"))
         t2 = time.monotonic()
-        for seed, headers in timed["sampled"]:
+        for sample in timed.sampled:
             try:
-                self._judge_round(wl, int(seed), headers, outcome, deadline, "timed call")
+                self._judge_round(wl, sample.seed, sample.outputs, outcome, deadline, "timed call")
             except Verdict as v:
                 if v.status in _KEEP:
                     raise
@@ -446,15 +525,15 @@ class CandidateSession:
                 raise
             raise hack("recheck", f"fresh inputs after timing fail ({v.log})") from None
         self._tick("recheck", t2)
-        outcome.latency = {**timed["summary"], "pool": timed.get("pool")}
-        if isinstance(timed.get("torch_compile"), dict):  # cumulative in this worker
-            outcome.latency["torch_compile"] = timed["torch_compile"]
+        outcome.latency = {**timed.summary, "pool": timed.pool}
+        if timed.torch_compile is not None:  # cumulative in this worker
+            outcome.latency["torch_compile"] = timed.torch_compile
         self._precision_verdict(outcome)
         t3 = time.monotonic()
         if cfg.time_reference and one:
             # outputs that crowd the GPU: the re-check's, still exported, would sit beside
             # the reference's timing pool and its calls' outputs
-            self._cand({"op": "release"}, deadline, "release")
+            self.cand(ReleaseRequest(), Done, deadline, "release")
         if cfg.time_reference:
             ref_seeds = seeds
             outcome.reference = self.guard.reference_timing(wl, False, ref_seeds, deadline, cfg)
@@ -468,14 +547,15 @@ class CandidateSession:
         self._tick("reference_timing", t3)
 
     def _precision_verdict(self, outcome: WorkloadOutcome) -> None:
-        from kernelarc.guard.compare import precision_level
-
-        flags = dict(getattr(self, "precision", {}))
+        flags = dict(self.precision)
         level = None
         rel = (outcome.correctness or {}).get("rel_l2_error")
         dtypes = {s.dtype.value for s in self.guard.problem.definition.outputs.values()}
         if rel is not None and dtypes == {"float32"}:
             import torch
+
+            # compare.py imports torch at its top; the parent needs it only here
+            from kernelarc.guard.compare import precision_level
 
             level = precision_level(float(rel), torch.float32)
         if level:

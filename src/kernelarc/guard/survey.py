@@ -29,7 +29,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -41,10 +41,25 @@ from kernelarc.guard.isolation import (
     probe_isolation,
     scrubbed_environment,
 )
+from kernelarc.guard.messages import (
+    ErrorReply,
+    MalformedReply,
+    ReferenceRan,
+    ReferenceReady,
+    ReferenceSetup,
+    ReferenceTimed,
+    Reply,
+    Request,
+    RunRequest,
+    TimeRequest,
+    decode,
+)
 from kernelarc.guard.scratch import make_scratch, sweep_stale
 from kernelarc.guard.survey_bounds import BoundsHelper
 from kernelarc.problem.loader import Problem
 from kernelarc.problem.schema import Definition, Workload
+
+R = TypeVar("R", bound=Reply)
 
 Category = Literal[
     "out_of_memory", "unsupported_op", "missing_blob", "timeout", "load_error", "skipped", "other"
@@ -221,17 +236,22 @@ class _Workers:
             self.spare = None
 
 
-def _setup(w: WorkerProcess, problem: Problem, opts: SurveyOptions) -> dict[str, Any]:
-    return w.request(
-        {
-            "op": "setup",
-            "device": opts.device,
-            "definition": problem.definition.model_dump(mode="json"),
-            "problem_root": str(problem.root),
-            "cache_bytes": 0,
-        },
-        timeout=opts.setup_timeout,
+def _ask(w: WorkerProcess, msg: Request, expected: type[R], timeout: float) -> R | ErrorReply:
+    """``msg`` answered by the reference worker; a malformed reply reads as a failure."""
+    try:
+        return decode(w.request(msg, timeout=timeout), expected)
+    except MalformedReply as e:
+        return ErrorReply(error="check-error", message=str(e))
+
+
+def _setup(w: WorkerProcess, problem: Problem, opts: SurveyOptions) -> ReferenceReady | ErrorReply:
+    setup = ReferenceSetup(
+        device=opts.device,
+        definition=problem.definition,
+        problem_root=str(problem.root),
+        cache_bytes=0,
     )
+    return _ask(w, setup, ReferenceReady, opts.setup_timeout)
 
 
 def _fail(check: WorkloadCheck, category: Category, reason: str) -> WorkloadCheck:
@@ -243,30 +263,26 @@ def _fail(check: WorkloadCheck, category: Category, reason: str) -> WorkloadChec
 def _run_one(w: WorkerProcess, wl: Workload, check: WorkloadCheck, opts: SurveyOptions) -> None:
     """Run then time the reference once on ``wl``; raises WorkerTimeout / WorkerCrashed."""
     deadline = time.monotonic() + opts.timeout
-    wj = wl.model_dump(mode="json")
-    reply = w.request({"op": "run", "workload": wj, "seed": SEED}, timeout=opts.timeout)
-    if not reply.get("ok"):
-        text = str(reply.get("message", ""))
-        _fail(check, classify(text, str(reply.get("traceback", ""))), first_line(text))
+    reply = _ask(w, RunRequest(workload=wl, seed=SEED), ReferenceRan, opts.timeout)
+    if isinstance(reply, ErrorReply):
+        _fail(check, classify(reply.message, reply.traceback), first_line(reply.message))
         return
-    check.notes = [str(n) for n in reply.get("notes") or []]
+    check.notes = list(reply.notes)
     check.status = "ok"  # it ran; the timed call below only adds reference_ms
     left = deadline - time.monotonic()
     if left <= 1:
         check.notes.append("not timed: the time limit was spent by the first run")
         return
-    req = {"op": "time", "workload": wj, "seeds": [SEED], "warmup": 0, "iterations": 1,
-           "compiled": False, "cupti": False}  # fmt: skip
+    req = TimeRequest(workload=wl, seeds=[SEED], warmup=0, iterations=1)
     try:
-        timed = w.request(req, timeout=left)
+        timed = _ask(w, req, ReferenceTimed, left)
     except WorkerTimeout:  # the worker is killed; the caller starts a fresh one
         check.notes.append(f"not timed: the timed call exceeded the time limit ({left:.0f} s)")
         raise _TimingTimeout() from None
-    if not timed.get("ok"):
-        text = str(timed.get("message", ""))
-        _fail(check, classify(text, str(timed.get("traceback", ""))), first_line(text))
+    if isinstance(timed, ErrorReply):
+        _fail(check, classify(timed.message, timed.traceback), first_line(timed.message))
         return
-    check.reference_ms = float(timed["summary"]["median_ms"])
+    check.reference_ms = float(timed.summary["median_ms"])
 
 
 class _TimingTimeout(Exception):
@@ -320,8 +336,8 @@ def check_problem(
                 if worker is None or not worker.alive():
                     worker = workers.take(prestart)
                     reply = _setup(worker, problem, opts)
-                    if not reply.get("ok"):
-                        text = str(reply.get("message", ""))
+                    if isinstance(reply, ErrorReply):
+                        text = reply.message
                         for _, c in todo:
                             if c.status == "failed" and c.reason is None:  # not run yet
                                 _fail(c, "load_error", first_line(f"reference: {text}"))

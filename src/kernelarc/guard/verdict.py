@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from kernelarc.guard.messages import ErrorReply, OutputCheck, ViolationReport, Writes
 from kernelarc.problem.schema import (
     Correctness,
     Environment,
@@ -45,12 +46,12 @@ def hack(check: str, detail: str) -> Verdict:
     return Verdict("REWARD_HACK", detail, check=check)
 
 
-def from_violations(violations: list[dict[str, str]]) -> Verdict | None:
+def from_violations(violations: list[ViolationReport]) -> Verdict | None:
     if not violations:
         return None
     first = violations[0]
-    rest = "".join(f"\n  also {v['check']}: {v['detail']}" for v in violations[1:6])
-    return hack(first["check"], first["detail"] + rest)
+    rest = "".join(f"\n  also {v.check}: {v.detail}" for v in violations[1:6])
+    return hack(first.check, first.detail + rest)
 
 
 #: How a verdict's log starts when the reference, not the candidate, failed (the crowding
@@ -58,41 +59,29 @@ def from_violations(violations: list[dict[str, str]]) -> Verdict | None:
 REFERENCE_FAILED = "the reference failed"
 
 
-def check_writes(writes: Any, allowed: Any, what: str) -> None:
+def check_writes(writes: Writes, allowed: list[str], what: str) -> None:
     """A candidate may write in place (and return) only the inputs the reference itself
     writes on this workload (``ReferenceRole.writes``: a KV-cache update); any other write
-    or alias is a reward hack, as is a malformed report (never fail open)."""
-    ok_names = isinstance(allowed, list) and all(isinstance(n, str) for n in allowed)
-    inputs = writes.get("inputs") if isinstance(writes, dict) else None
-    aliases = writes.get("aliases") if isinstance(writes, dict) else None
-    if not (
-        ok_names
-        and isinstance(inputs, list)
-        and all(isinstance(n, str) for n in inputs)
-        and isinstance(aliases, dict)
-        and all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items())
-    ):
-        raise hack("check-error", f"{what}: malformed input-write report {writes!r:.200}")
-    for name in inputs:
+    or alias is a reward hack. (A malformed report does not get here: ``messages.decode``
+    refuses it, and the candidate is rejected.)"""
+    for name in writes.inputs:
         if name not in allowed:
             raise hack("input-mutation", f"{what}: input {name} was modified")
-    for out, name in aliases.items():
+    for out, name in writes.aliases.items():
         if name not in allowed:
             raise hack("output-aliases-input", f"{what}: {out} shares memory with input {name}")
 
 
-def reply_verdict(reply: dict[str, Any]) -> Verdict:
-    """The verdict of a candidate worker's error reply; an unknown kind is a crashed check,
+def reply_verdict(reply: ErrorReply) -> Verdict:
+    """The verdict of a candidate worker's error reply; any other kind is a crashed check,
     which rejects the candidate."""
-    kind = reply.get("error")
-    msg = str(reply.get("message", ""))
-    tb = str(reply.get("traceback", ""))
-    if kind == "runtime":
+    msg, tb = reply.message, reply.traceback
+    if reply.error == "runtime":
         return Verdict("RUNTIME_ERROR", f"{msg}\n{tb}".strip())
-    if kind == "outputs":
+    if reply.error == "outputs":
         return Verdict("INCORRECT_SHAPE", msg)
-    if kind == "compile":
-        return Verdict("COMPILE_ERROR", f"{msg}\n{reply.get('log', '')}".strip())
+    if reply.error == "compile":
+        return Verdict("COMPILE_ERROR", f"{msg}\n{reply.log}".strip())
     return hack("check-error", f"a guard check crashed (rejected: never fail open): {msg}\n{tb}")
 
 
@@ -118,7 +107,7 @@ class WorkloadOutcome(BaseModel):
         return None if self.reference is None else float(self.reference["median_ms"])
 
 
-def merge_errors(acc: dict[str, Any] | None, check: dict[str, Any]) -> dict[str, Any]:
+def merge_errors(acc: dict[str, Any] | None, check: OutputCheck) -> dict[str, Any]:
     """Fold one output check into the running worst-case correctness figures."""
     acc = dict(
         acc
@@ -139,13 +128,12 @@ def merge_errors(acc: dict[str, Any] | None, check: dict[str, Any]) -> dict[str,
             return math.nan
         return max(a, b)
 
-    acc["max_absolute_error"] = worst(acc["max_absolute_error"], check.get("max_absolute_error"))
-    acc["max_relative_error"] = worst(acc["max_relative_error"], check.get("max_relative_error"))
-    acc["rel_l2_error"] = worst(acc["rel_l2_error"], check.get("rel_l2_error"))
-    acc["has_nan"] = acc["has_nan"] or bool(check.get("has_nan"))
-    acc["has_inf"] = acc["has_inf"] or bool(check.get("has_inf"))
-    if check.get("matched_ratio") is not None:
-        acc["min_matched_ratio"] = min(acc["min_matched_ratio"], float(check["matched_ratio"]))
+    acc["max_absolute_error"] = worst(acc["max_absolute_error"], check.max_absolute_error)
+    acc["max_relative_error"] = worst(acc["max_relative_error"], check.max_relative_error)
+    acc["rel_l2_error"] = worst(acc["rel_l2_error"], check.rel_l2_error)
+    acc["has_nan"] = acc["has_nan"] or check.has_nan
+    acc["has_inf"] = acc["has_inf"] or check.has_inf
+    acc["min_matched_ratio"] = min(acc["min_matched_ratio"], check.matched_ratio)
     return acc
 
 

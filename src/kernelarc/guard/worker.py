@@ -24,93 +24,67 @@ but stuck (its own deadlines are the parent's job).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import platform
 import select
 import sys
 import threading
 import time
 import traceback
 from collections import OrderedDict
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kernelarc.guard.candidate import CandidateRole
+from kernelarc.guard.compile_pool import raise_recompile_limits
+from kernelarc.guard.cuda_ipc import ExchangeUnavailable
 from kernelarc.guard.held_memory import CycleCollector, release_cached
+from kernelarc.guard.messages import (
+    CandidateSetup,
+    Compared,
+    CompareRequest,
+    Done,
+    Emulated,
+    EmulatedRequest,
+    ErrorReply,
+    Message,
+    OutputCheck,
+    Ready,
+    ReferenceRan,
+    ReferenceReady,
+    ReferenceSetup,
+    ReferenceTimed,
+    RunRequest,
+    TimeRequest,
+    read_request,
+)
+from kernelarc.guard.prewarm import prewarm_inductor
 from kernelarc.guard.protocol import Channel, ChannelClosed, SlotReader
-
-
-def environment_info(device: Any) -> dict[str, Any]:
-    import torch
-
-    libs = {"torch": torch.__version__, "python": platform.python_version()}
-    with contextlib.suppress(Exception):
-        import triton
-
-        libs["triton"] = triton.__version__
-    if device.type == "cuda":
-        libs["cuda"] = str(torch.version.cuda)
-        hardware = torch.cuda.get_device_name(device)
-    else:
-        hardware = f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
-    return {"hardware": hardware, "libs": libs}
-
-
-def resolve_device(name: str) -> Any:
-    import torch
-
-    dev = torch.device(name)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError("--device cuda was asked for but no CUDA device is visible")
-        if dev.index is None:
-            dev = torch.device("cuda", torch.cuda.current_device())
-        torch.cuda.set_device(dev)
-        torch.cuda.init()
-    else:
-        # One intra-op thread in every worker (reference, candidate, warm spare): several
-        # workers share the cores, and a multi-threaded op whose threads get preempted
-        # stalls at its barrier, which made CPU timings swing by several times under load.
-        torch.set_num_threads(1)
-    return dev
+from kernelarc.guard.timing import move_pool, time_calls, timing_pool
+from kernelarc.guard.worker_base import environment_info, normalize_outputs, resolve_device
+from kernelarc.problem.axes import resolve_axes, resolve_shape
+from kernelarc.problem.emulation import install as install_emulation
+from kernelarc.problem.inputs import generate_inputs, load_reference_module, torch_dtype
+from kernelarc.problem.schema import Workload
 
 
 def _idle_audit_hook(event: str, args: tuple[Any, ...]) -> None:
     """An audit hook that checks nothing: the candidate's worker runs under the sentinel's
-    audit hook, so the reference is timed under one too (same interpreter conditions; with
-    the lean timed call, the reference judged as itself moved from ~0.91x to ~0.99x on the
-    CPU, docs/GUARD.md)."""
-
-
-def normalize_outputs(ret: Any, n: int, names: Sequence[str] = ()) -> tuple[Any, ...]:
-    """The outputs of one call in definition order: a tuple/list as is, a dict keyed by
-    exactly the definition's output names in that order, anything else as one output."""
-    if isinstance(ret, dict) and names and set(ret) == set(names):
-        return tuple(ret[k] for k in names)
-    if n == 1 and not isinstance(ret, tuple | list):
-        return (ret,)
-    if isinstance(ret, tuple | list):
-        return tuple(ret)
-    return (ret,)
+    audit hook, so the reference is timed under one too (the same interpreter conditions;
+    docs/GUARD.md)."""
 
 
 class ReferenceRole:
     """Runs the reference, caches its outputs (bounded LRU by bytes) and judges."""
 
-    def __init__(self, msg: dict[str, Any]) -> None:
+    def __init__(self, msg: ReferenceSetup) -> None:
         import torch
 
-        from kernelarc.problem.emulation import install as install_emulation
-        from kernelarc.problem.inputs import load_reference_module
-        from kernelarc.problem.schema import Definition
-
-        self.device = resolve_device(msg["device"])
+        self.device = resolve_device(msg.device)
         # Low-precision matmuls this device lacks (NVFP4 on Hopper/CPU) run emulated, decided
         # per call; only here: candidates must bring their own kernels.
         self.emulation = install_emulation()
-        self.definition = Definition.model_validate(msg["definition"])
-        self.problem_root = Path(msg["problem_root"]) if msg.get("problem_root") else None
+        self.definition = msg.definition
+        self.problem_root = Path(msg.problem_root) if msg.problem_root else None
         self.module = load_reference_module(self.definition)
         # torch.compile (the optional compiled baseline) resolves functions through their
         # module by name; this process is the reference's own, so registering it is safe.
@@ -122,15 +96,13 @@ class ReferenceRole:
         a candidate may write those too (``session.py``), and no others."""
         self.input_notes: dict[str, list[str]] = {}
         """Notes of the input generation per workload (e.g. generated stand-ins for blobs)."""
-        self.cache_limit = int(msg.get("cache_bytes", 1 << 30))
+        self.cache_limit = msg.cache_bytes
         self.compiled: Any = None
         self.reader = SlotReader()
         torch.set_grad_enabled(False)
         sys.addaudithook(_idle_audit_hook)
 
-    def _inputs(self, workload: Any, seed: int) -> Any:
-        from kernelarc.problem.inputs import generate_inputs
-
+    def _inputs(self, workload: Workload, seed: int) -> Any:
         return generate_inputs(
             self.definition,
             workload,
@@ -142,9 +114,6 @@ class ReferenceRole:
 
     def _check_ref_outputs(self, outs: tuple[Any, ...], env: dict[str, int]) -> None:
         import torch
-
-        from kernelarc.problem.axes import resolve_shape
-        from kernelarc.problem.inputs import torch_dtype
 
         specs = self.definition.outputs
         if len(outs) != len(specs):
@@ -162,20 +131,17 @@ class ReferenceRole:
                     f"reference output {name} is {t.dtype}, definition says {spec.dtype.value}"
                 )
 
-    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
-        from kernelarc.problem.axes import resolve_axes
-        from kernelarc.problem.schema import Workload
-
-        wl = Workload.model_validate(msg["workload"])
-        key = (wl.uuid, int(msg["seed"]))
+    def run(self, msg: RunRequest) -> ReferenceRan | ErrorReply:
+        wl = msg.workload
+        key = (wl.uuid, msg.seed)
         if key in self.cache:
             self.cache.move_to_end(key)
-            return {
-                "ok": True,
-                "cached": True,
-                "notes": self.input_notes.get(wl.uuid, []),
-                "writes": self.writes.get(wl.uuid, []),
-            }
+            return ReferenceRan(
+                ok=True,
+                cached=True,
+                notes=self.input_notes.get(wl.uuid, []),
+                writes=self.writes.get(wl.uuid, []),
+            )
         try:
             t0 = time.monotonic()
             gen = self._inputs(wl, key[1])
@@ -196,51 +162,49 @@ class ReferenceRole:
                 if before[n] is not None and _version(t) != before[n]
             )
         except Exception as e:
-            return {
-                "error": "reference",
-                "message": f"{type(e).__name__}: {e}",
-                "traceback": traceback.format_exc(limit=8),
-            }
+            return ErrorReply(
+                error="reference",
+                message=f"{type(e).__name__}: {e}",
+                traceback=traceback.format_exc(limit=8),
+            )
         size = sum(t.numel() * t.element_size() for t in outs)
         self.cache[key] = outs
         self.cache_bytes += size
         while self.cache_bytes > self.cache_limit and len(self.cache) > 1:
             _, old = self.cache.popitem(last=False)
             self.cache_bytes -= sum(t.numel() * t.element_size() for t in old)
-        return {"ok": True, "cached": False, "notes": gen.notes, "writes": self.writes[wl.uuid],
-                "phases_s": phases}  # fmt: skip
+        return ReferenceRan(
+            ok=True, cached=False, notes=gen.notes, writes=self.writes[wl.uuid], phases_s=phases
+        )
 
-    def emulated(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def emulated(self, msg: EmulatedRequest) -> Emulated:
         """The low-precision ops the reference has run emulated in this process so far."""
-        return {"ok": True, "ops": self.emulation.describe()}
+        return Emulated(ok=True, ops=[str(op) for op in self.emulation.describe()])
 
-    def compare(self, msg: dict[str, Any]) -> dict[str, Any]:
-
+    def compare(self, msg: CompareRequest) -> Compared:
+        # compare.py imports torch at its top: the worker imports torch only after its
+        # parent watch has started (main)
         from kernelarc.guard.compare import check_output
-        from kernelarc.guard.cuda_ipc import ExchangeUnavailable
-        from kernelarc.problem.axes import resolve_axes, resolve_shape
-        from kernelarc.problem.inputs import torch_dtype
-        from kernelarc.problem.schema import Tolerance, Workload
 
         t0 = time.monotonic()
-        wl = Workload.model_validate(msg["workload"])
-        key = (wl.uuid, int(msg["seed"]))
+        wl = msg.workload
+        key = (wl.uuid, msg.seed)
         if key not in self.cache:
             raise KeyError(f"no reference outputs for {key}: run them first")
         refs = self.cache[key]
-        tol = Tolerance.model_validate(msg["tolerance"])
+        tol = msg.tolerance
         env = resolve_axes(self.definition, wl)
-        checks = []
+        checks: list[OutputCheck] = []
         for (name, spec), ref, header in zip(
-            self.definition.outputs.items(), refs, msg["outputs"], strict=True
+            self.definition.outputs.items(), refs, msg.outputs, strict=True
         ):
             shape = resolve_shape(spec.shape, env) or ()
             try:  # the file stays: the candidate reuses it (its pages are already mapped)
                 out = self.reader.read(header, self.device)
             except ExchangeUnavailable as e:  # the environment's fault, not the candidate's
-                return {"ok": True, "checks": [], "exchange_failed": f"output {name}: {e}"}
+                return Compared(ok=True, checks=[], exchange_failed=f"output {name}: {e}")
             except (ValueError, OSError) as e:
-                checks.append({"status": "type", "message": f"output {name}: {e}"})
+                checks.append(OutputCheck(status="type", message=f"output {name}: {e}"))
                 continue
             res = check_output(
                 name,
@@ -251,28 +215,23 @@ class ReferenceRole:
                 expected_dtype=torch_dtype(spec.dtype),
                 device=self.device,
             )
-            checks.append(res.model_dump(mode="json"))
+            checks.append(res)
             del out
         size = sum(t.numel() * t.element_size() for t in refs)
         # An entry larger than the whole cache (outputs of tens of GB) is not kept once
         # judged: it would hold the memory the next round's candidate needs.
-        if msg.get("drop") or size > self.cache_limit:
+        if msg.drop or size > self.cache_limit:
             self.cache.pop(key)
             self.cache_bytes -= size
-        return {"ok": True, "checks": checks, "phases_s": {"compare": time.monotonic() - t0}}
+        return Compared(ok=True, checks=checks, phases_s={"compare": time.monotonic() - t0})
 
-    def time(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def time(self, msg: TimeRequest) -> ReferenceTimed:
         import torch
 
-        from kernelarc.guard.timing import move_pool, time_calls, timing_pool
-        from kernelarc.problem.schema import Workload
-
-        wl = Workload.model_validate(msg["workload"])
+        wl = msg.workload
         fn = self.module.run
-        if msg.get("compiled"):
+        if msg.compiled:
             import torch._dynamo
-
-            from kernelarc.guard.compile_pool import raise_recompile_limits
 
             raise_recompile_limits(torch._dynamo.config)  # one graph per workload shape
             if self.compiled is None:
@@ -283,14 +242,14 @@ class ReferenceRole:
         # own), so a reference is not timed on hotter caches or other placements than the
         # solutions it is compared with: its old pool (offset 0, never moved) read FIB 002's
         # compiled kernel up to 4% faster on the H200 than a candidate's (session 24).
-        calls = int(msg["warmup"]) + int(msg["iterations"])
+        calls = msg.warmup + msg.iterations
         t0 = time.monotonic()
         pool = timing_pool(
             lambda seed: list(self._inputs(wl, seed).values.values()),
-            msg["seeds"],
+            msg.seeds,
             calls,
             self.device,
-            cap=int(msg.get("pool_sets", 0)),
+            cap=msg.pool_sets,
         )
         release_cached(self.device)
 
@@ -302,17 +261,18 @@ class ReferenceRole:
         res = time_calls(
             lambda i: fn(*pool[i % len(pool)]),
             before,
-            warmup=int(msg["warmup"]),
-            iterations=int(msg["iterations"]),
+            warmup=msg.warmup,
+            iterations=msg.iterations,
             device=self.device,
-            use_cupti=bool(msg.get("cupti")),
-            min_timed_ms=float(msg.get("min_timed_ms", 0.0)),
-            max_iterations=int(msg.get("max_iterations", 0)),
-            max_timed_ms=float(msg.get("max_timed_ms", 0.0)),
+            use_cupti=msg.cupti,
+            min_timed_ms=msg.min_timed_ms,
+            max_iterations=msg.max_iterations,
+            max_timed_ms=msg.max_timed_ms,
         )
         phases = {"inputs": t1 - t0, "calls": time.monotonic() - t1}
-        return {"ok": True, "summary": {**res.summary(), "phases_s": phases},
-                "samples_ms": res.samples_ms}  # fmt: skip
+        return ReferenceTimed(
+            ok=True, summary={**res.summary(), "phases_s": phases}, samples_ms=res.samples_ms
+        )
 
 
 def _version(t: Any) -> int | None:
@@ -335,38 +295,37 @@ def serve(role: str, channel: Channel, warmed: Any = None) -> None:
     collect: CycleCollector | None = None  # made with the handler (held_memory.py says why)
     while True:
         try:
-            msg = channel.recv()
+            raw = channel.recv()
         except ChannelClosed:
             return
-        op = msg.get("op")
-        if op == "shutdown":
-            channel.send({"ok": True})
+        if raw.get("op") == "shutdown":
+            channel.send(Done(ok=True).wire())
             return
+        reply: Message
         try:
-            if op == "setup":
-                if role == "reference":
-                    handler = ReferenceRole(msg)
-                    reply = {"ok": True, "environment": environment_info(handler.device)}
-                else:
-                    from kernelarc.guard.candidate import CandidateRole
-
-                    handler = CandidateRole(msg, warmed)
-                    reply = handler.setup_reply()
+            msg = read_request(role, raw)
+            if isinstance(msg, ReferenceSetup):
+                handler = ReferenceRole(msg)
+                reply = ReferenceReady(ok=True, environment=environment_info(handler.device))
+                collect = CycleCollector(handler.device)
+            elif isinstance(msg, CandidateSetup):
+                handler = CandidateRole(msg, warmed)
+                reply = handler.setup_reply()
                 collect = CycleCollector(handler.device)
             elif handler is None:
-                reply = {"error": "check-error", "message": "request before setup"}
+                reply = ErrorReply(error="check-error", message="request before setup")
             else:
-                reply = getattr(handler, str(op))(msg)
+                reply = getattr(handler, str(raw["op"]))(msg)
                 if collect is not None:
                     collect()
                 release_cached(handler.device)
         except Exception as e:
-            reply = {
-                "error": "check-error",
-                "message": f"{type(e).__name__}: {e}",
-                "traceback": traceback.format_exc(limit=12),
-            }
-        channel.send(reply)
+            reply = ErrorReply(
+                error="check-error",
+                message=f"{type(e).__name__}: {e}",
+                traceback=traceback.format_exc(limit=12),
+            )
+        channel.send(reply.wire())
 
 
 def _exit_with_parent(req_fd: int) -> None:
@@ -403,11 +362,9 @@ def main(argv: list[str] | None = None) -> None:
     channel = Channel(args.req_fd, args.resp_fd)
     import torch  # noqa: F401  (import before the ready message: workers start warm)
 
-    channel.send({"op": "ready", "pid": os.getpid()})
+    channel.send(Ready(pid=os.getpid()).wire())
     warmed = None
     if args.prewarm and args.role == "candidate":
-        from kernelarc.guard.prewarm import prewarm_inductor
-
         warmed = prewarm_inductor(probe=args.prewarm == "cpu")
     serve(args.role, channel, warmed)
     sys.stdout.flush()
