@@ -5,11 +5,11 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from kernelarc.proposers.registry import describe
+
 
 def agents_command() -> None:
     """List the agents `kernelarc optimize --agents` accepts."""
-    from kernelarc.proposers.registry import describe
-
     table = Table(show_header=True)
     table.add_column("agent")
     table.add_column("what it does")

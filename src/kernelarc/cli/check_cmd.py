@@ -19,17 +19,27 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-if TYPE_CHECKING:
-    from kernelarc.guard.survey import ProblemCheck
+from kernelarc.errors import KernelArcError
+from kernelarc.guard.config import resolve_device
+from kernelarc.guard.survey import (
+    CATEGORY_LABELS,
+    ProblemCheck,
+    SurveyOptions,
+    summary_by_subset,
+    survey,
+)
+from kernelarc.problem.discover import find_problems
+from kernelarc.problem.indices import GENERATED_NOTE
 
 
 def _flags(res: ProblemCheck) -> str:
-    from kernelarc.problem.indices import GENERATED_NOTE
-
     notes = [n for w in res.workloads for n in w.notes]
     flags = []
     if any(n.startswith(GENERATED_NOTE) for n in notes):
@@ -44,12 +54,6 @@ def _ms(v: float | None) -> str:
 
 
 def _print_table(results: list[ProblemCheck]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    from kernelarc.guard.survey import CATEGORY_LABELS, summary_by_subset
-
     table = Table(title="Problem check", show_lines=False)
     for col in ("name", "subset", "workloads", "ref ms", "bound ms", "notes", "status"):
         table.add_column(col, overflow="fold", justify="right" if "ms" in col else "left")
@@ -85,8 +89,6 @@ def _print_table(results: list[ProblemCheck]) -> None:
 
 
 def _summary_line(results: list[ProblemCheck]) -> str:
-    from kernelarc.guard.survey import summary_by_subset
-
     ok = sum(1 for r in results if r.status == "ok")
     parts = [f"{len(results)} problems, {ok} ok, {len(results) - ok} failed"]
     for subset, row in summary_by_subset(results).items():
@@ -117,11 +119,6 @@ def check_problems_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list to stdout.")] = False,
 ) -> None:
     """Run each problem's reference on the chosen workloads; table of what runs and why not."""
-    from kernelarc.errors import KernelArcError
-    from kernelarc.guard.evaluator import resolve_device
-    from kernelarc.guard.survey import SurveyOptions, survey
-    from kernelarc.problem.discover import find_problems
-
     if workloads not in ("all", "smallest", "sample"):
         raise typer.BadParameter("use all, smallest or sample", param_hint="--workloads")
     if timeout <= 0:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,7 +11,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelarc.errors import KernelArcError
+from kernelarc.guard.config import GuardConfig
+from kernelarc.guard.footprint import device_warnings
+from kernelarc.maths import geomean
+from kernelarc.problem.loader import load_problem, load_solution
+from kernelarc.roofline.bounds import workload_bounds
+from kernelarc.roofline.score import sol_score
 
 
 def _fmt_ms(v: float | None) -> str:
@@ -25,8 +29,6 @@ def _bounds(
     problem: Any, workloads: list[Any], device: str, profile_name: str | None, err: Console
 ) -> dict[str, float]:
     """T_sol per workload (ms) for the chosen profile; empty when it cannot be computed."""
-    from kernelarc.roofline.bounds import workload_bounds
-
     bounds, warnings = workload_bounds(problem.definition, workloads, device, profile_name)
     for w in warnings:
         err.print(f"[yellow]{escape(w)}[/]")
@@ -92,29 +94,25 @@ def eval_command(
     if baseline not in ("eager", "compile", "leaderboard"):
         err.print(f"[red]error:[/] --baseline {baseline!r}: use eager, compile or leaderboard")
         raise typer.Exit(2)
-    try:
-        code = _run(
-            problem_dir,
-            solution,
-            device,
-            timeout,
-            workloads,
-            output,
-            as_json,
-            strict_precision,
-            rounds,
-            warmup,
-            iterations,
-            seed,
-            compile_baseline or baseline == "compile",
-            profile,
-            cupti,
-            baseline,
-            err,
-        )
-    except KernelArcError as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
-        raise typer.Exit(2) from None
+    code = _run(
+        problem_dir,
+        solution,
+        device,
+        timeout,
+        workloads,
+        output,
+        as_json,
+        strict_precision,
+        rounds,
+        warmup,
+        iterations,
+        seed,
+        compile_baseline or baseline == "compile",
+        profile,
+        cupti,
+        baseline,
+        err,
+    )
     raise typer.Exit(code)
 
 
@@ -137,8 +135,7 @@ def _run(
     baseline: str,
     err: Console,
 ) -> int:
-    from kernelarc.guard.evaluator import Guard, GuardConfig
-    from kernelarc.problem.loader import load_problem, load_solution
+    from kernelarc.guard.evaluator import Guard  # the guard's checks import torch
 
     problem = load_problem(problem_dir)
     sol = load_solution(solution_path)
@@ -168,8 +165,6 @@ def _run(
             f"{len(chosen)} workloads, device {guard.device}, "
             f"isolation: {guard.isolation.description}"
         )
-        from kernelarc.guard.footprint import device_warnings
-
         for w in device_warnings(problem.definition, chosen, guard.device):
             err.print(f"[yellow]{escape(w)}[/]")
         result = guard.evaluate(sol, chosen)
@@ -203,8 +198,6 @@ def _scores(
     problem: Any, result: Any, bounds: dict[str, float], baseline: str, err: Console
 ) -> dict[str, float]:
     """SOL score per workload (0 for a failed workload), with the chosen baseline."""
-    from kernelarc.roofline.score import sol_score
-
     meta_rows: dict[str, dict[str, Any]] = {}
     if baseline == "leaderboard":
         rows = ((problem.metadata or {}).get("sol") or {}).get("per_workload") or []
@@ -290,11 +283,11 @@ def _table(
             first = e.log.strip().splitlines()[0] if e.log.strip() else ""
             head = escape(f"{trace.workload.uuid[:13]} {e.status.value}")
             console.print(f"[red]{head}[/]: {escape(first[:300])}")
-    if speedups:
-        gm = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+    gm = geomean(speedups)
+    if gm is not None:
         line = f"geomean speedup vs eager reference: {gm:.2f}× over {len(speedups)} workloads"
-        if fracs:
-            gf = math.exp(sum(math.log(f) for f in fracs) / len(fracs))
+        gf = geomean(fracs)
+        if gf is not None:
             line += f"; geomean fraction of bound: {gf:.1%}"
         console.print(line)
     vs_compile = [
@@ -302,8 +295,8 @@ def _table(
         for o in result.outcomes
         if o.compiled_reference and o.latency_ms
     ]
-    if vs_compile:
-        gm = math.exp(sum(math.log(s) for s in vs_compile) / len(vs_compile))
+    gm = geomean(vs_compile)
+    if gm is not None:
         console.print(
             f"geomean speedup vs torch.compile of the reference: {gm:.2f}× over "
             f"{len(vs_compile)} workloads"

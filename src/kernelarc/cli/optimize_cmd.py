@@ -6,20 +6,25 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from kernelarc.errors import KernelArcError
-from kernelarc.proposers.registry import DEFAULT_AGENTS
-
-if TYPE_CHECKING:
-    from kernelarc.orchestration.config import RunConfig
-    from kernelarc.problem.loader import Problem
-    from kernelarc.problem.schema import Solution
+from kernelarc.guard.config import GuardConfig
+from kernelarc.guard.footprint import device_warnings
+from kernelarc.orchestration.config import RunConfig, StageConfig
+from kernelarc.orchestration.rundir import RunDir
+from kernelarc.problem.loader import Problem, load_problem, load_solution
+from kernelarc.problem.schema import Solution
+from kernelarc.proposers.registry import DEFAULT_AGENTS, make_agents
+from kernelarc.proposers.seed import SeedAgent
+from kernelarc.roofline.bounds import workload_bounds
+from kernelarc.store.sqlite import SQLiteStore
 
 SEED_AGENT = "seed"
 """The name of the agent ``--seed-solution`` adds (recorded in the run's agents)."""
@@ -139,37 +144,33 @@ def optimize_command(
     """Search for a faster, verified solution of PROBLEM_DIR with several agents under a
     fixed candidate budget. Writes the run directory (store, traces, best/solution.json)."""
     err = Console(stderr=True, soft_wrap=True)
-    try:
-        summary = _optimize(
-            problem_dir,
-            agents,
-            budget,
-            budget_per_agent,
-            time_limit,
-            device,
-            seed,
-            run_dir,
-            resume,
-            no_memory,
-            no_board,
-            no_drafting,
-            independent,
-            patience,
-            memory,
-            timeout,
-            full_iterations,
-            full_warmup,
-            err,
-            seed_solutions=seed_solution or [],
-            reference_fallback=not no_reference_fallback,
-            compile_workers=compile_workers,
-            confirm=not no_confirm,
-            workloads=workloads or [],
-            cupti=cupti,
-        )
-    except KernelArcError as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
-        raise typer.Exit(2) from None
+    summary = _optimize(
+        problem_dir,
+        agents,
+        budget,
+        budget_per_agent,
+        time_limit,
+        device,
+        seed,
+        run_dir,
+        resume,
+        no_memory,
+        no_board,
+        no_drafting,
+        independent,
+        patience,
+        memory,
+        timeout,
+        full_iterations,
+        full_warmup,
+        err,
+        seed_solutions=seed_solution or [],
+        reference_fallback=not no_reference_fallback,
+        compile_workers=compile_workers,
+        confirm=not no_confirm,
+        workloads=workloads or [],
+        cupti=cupti,
+    )
     if json_out:
         typer.echo(json.dumps(summary, indent=2))
     else:
@@ -204,18 +205,9 @@ def _optimize(
     workloads: list[str] | None = None,
     cupti: str = "auto",
 ) -> dict[str, Any]:
-    from pydantic import ValidationError
-
-    from kernelarc.guard.evaluator import Guard, GuardConfig
-    from kernelarc.guard.footprint import device_warnings
-    from kernelarc.orchestration.config import RunConfig, StageConfig
+    # The guard and the orchestrator built on it import torch: loaded for a run only.
+    from kernelarc.guard.evaluator import Guard
     from kernelarc.orchestration.orchestrator import Orchestrator
-    from kernelarc.orchestration.rundir import RunDir
-    from kernelarc.problem.loader import load_problem
-    from kernelarc.proposers.registry import make_agents
-    from kernelarc.roofline.bounds import workload_bounds
-    from kernelarc.store.base import StoreError
-    from kernelarc.store.sqlite import SQLiteStore
 
     problem = load_problem(problem_dir)
     chosen = [w.uuid for w in problem.select(workloads)] if workloads else None
@@ -260,10 +252,7 @@ def _optimize(
     except ValidationError as e:
         raise KernelArcError(f"bad options: {e}") from None
     run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        store = SQLiteStore(store_path)
-    except StoreError as e:
-        raise KernelArcError(str(e)) from None
+    store = SQLiteStore(store_path)
     try:
         if resume:  # a resumed run keeps its own configuration
             config = RunConfig.model_validate(store.open_run(config.model_dump(mode="json")))
@@ -279,8 +268,6 @@ def _optimize(
         problem = _narrowed(problem, config.workloads, err)
         agents = make_agents([n for n in config.agents if n != SEED_AGENT])
         if seeds:
-            from kernelarc.proposers.seed import SeedAgent
-
             agents.append(SeedAgent(seeds, name=SEED_AGENT))
         gcfg = GuardConfig(
             device=config.device,
@@ -319,7 +306,7 @@ def _optimize(
 
 def _report(run_dir: Path, err: Console) -> None:
     """Write the run's report; a failure is said, and the run's own result stands."""
-    from kernelarc.report import write_report
+    from kernelarc.report import write_report  # reads the run through orchestration: torch
 
     try:
         written = write_report(run_dir)
@@ -357,8 +344,6 @@ def _narrowed(problem: Problem, uuids: list[str] | None, err: Console) -> Proble
 def _seed_config(config: RunConfig, seeded: bool, resume: bool) -> RunConfig:
     """``config`` with the seed agent recorded in its agents (so that ``status`` lists it
     and a resumed run counts its candidates); refuses mixing seeded and unseeded runs."""
-    from kernelarc.orchestration.config import RunConfig
-
     listed = SEED_AGENT in config.agents
     if not resume:
         if listed:
@@ -383,8 +368,6 @@ def _seed_config(config: RunConfig, seeded: bool, resume: bool) -> RunConfig:
 def _load_seeds(paths: list[Path], definition: str) -> list[Solution]:
     """The ``--seed-solution`` files as Solutions; a file that does not load or is for
     another definition is a KernelArcError naming it."""
-    from kernelarc.problem.loader import load_solution
-
     seeds = []
     for path in paths:
         try:
@@ -471,20 +454,12 @@ def status_command(
     json_out: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
 ) -> None:
     """Budget, agents, incumbents, conclusions and the best solution of a run."""
-    from kernelarc.orchestration.finish import run_status
-    from kernelarc.store.base import StoreError
-    from kernelarc.store.sqlite import SQLiteStore
+    from kernelarc.orchestration.finish import run_status  # the orchestration imports torch
 
-    err = Console(stderr=True, soft_wrap=True)
     path = run_dir / "store.sqlite"
     if not path.exists():
-        err.print(f"[red]error:[/] {escape(str(run_dir))} is not a run directory (no store.sqlite)")
-        raise typer.Exit(2)
-    try:
-        store = SQLiteStore(path, readonly=True)
-    except StoreError as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
-        raise typer.Exit(2) from None
+        raise KernelArcError(f"{run_dir} is not a run directory (no store.sqlite)")
+    store = SQLiteStore(path, readonly=True)
     try:
         summary = run_status(store, run_dir)
     finally:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-if TYPE_CHECKING:
-    from kernelarc.problem.discover import ProblemSummary
+from kernelarc.problem.discover import ProblemSummary, find_problems, summarize
 
 
 def _axes_cell(axes: dict[str, str]) -> str:
@@ -34,10 +36,6 @@ def _axes_cell(axes: dict[str, str]) -> str:
 
 
 def _print_table(summaries: list[ProblemSummary]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
     table = Table(title="Problems", show_lines=False)
     table.add_column("name", overflow="fold")
     table.add_column("subset")
@@ -81,8 +79,6 @@ def problems_command(
     ] = False,
 ) -> None:
     """List the problems under ROOT with their workloads, axes and dtypes; check they load."""
-    from kernelarc.problem.discover import find_problems, summarize
-
     if not root.exists():
         raise typer.BadParameter(
             f"{root} does not exist; give a directory of problem folders "

@@ -14,57 +14,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
-if TYPE_CHECKING:
-    from kernelarc.problem.schema import Definition, Workload
-
-
-def _load(path: Path) -> tuple[Definition, list[Workload], dict[str, Any] | None, Any]:
-    """Definition, workloads, metadata and the loader's Problem (None without loader.py)."""
-    try:
-        from kernelarc.problem.loader import load_problem
-    except ImportError:
-        load_problem = None  # type: ignore[assignment]
-    if load_problem is not None:
-        problem = load_problem(path)
-        return problem.definition, list(problem.workloads), problem.metadata, problem
-    from kernelarc.problem.schema import Definition, Workload
-
-    root = path.parent if path.is_file() else path
-    definition = Definition.model_validate_json((root / "definition.json").read_text())
-    lines = (root / "workload.jsonl").read_text().splitlines()
-    workloads = [Workload.model_validate_json(line) for line in lines if line.strip()]
-    meta_file = root / "metadata.json"
-    metadata = json.loads(meta_file.read_text()) if meta_file.is_file() else None
-    return definition, workloads, metadata, None
+from kernelarc.problem.expressions import AxisError
+from kernelarc.problem.loader import Problem, load_problem
+from kernelarc.problem.schema import Definition, Workload
+from kernelarc.roofline.flops import count_workload
+from kernelarc.roofline.profiles import DeviceProfile, get_profile
+from kernelarc.roofline.score import t_sol_ms
 
 
-def _select(workloads: list[Workload], problem: Any, spec: list[str] | None) -> list[int]:
+def _select(problem: Problem, spec: list[str] | None) -> list[int]:
+    """Indexes of the chosen workloads (all without ``spec``)."""
     if not spec:
-        return list(range(len(workloads)))
-    if problem is not None:
-        chosen = problem.select(spec)
-        return [workloads.index(w) for w in chosen]
-    from kernelarc.errors import KernelArcError
-
-    out: list[int] = []
-    for part in (p.strip() for item in spec for p in item.split(",")):
-        if not part:
-            continue
-        if part.isdigit() and int(part) < len(workloads):
-            hits = [int(part)]
-        else:
-            hits = [i for i, w in enumerate(workloads) if w.uuid.startswith(part)]
-        if len(hits) != 1:
-            raise KernelArcError(
-                f"workload {part!r} matches {len(hits)} workloads; give an "
-                f"index 0..{len(workloads) - 1} or a unique uuid prefix"
-            )
-        out += [h for h in hits if h not in out]
-    return out
+        return list(range(len(problem.workloads)))
+    return [problem.workloads.index(w) for w in problem.select(spec)]
 
 
 def _published(metadata: dict[str, Any] | None, index: int) -> float | None:
@@ -120,10 +90,6 @@ def sol_command(
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False,
 ) -> None:
     """Print T_sol (the roofline bound) of each workload of a problem."""
-    from rich.console import Console
-
-    from kernelarc.errors import KernelArcError
-
     err = Console(stderr=True)
     if convention not in ("solar", "strict"):
         err.print(f"[red]--convention must be solar or strict, not {convention!r}[/]")
@@ -132,15 +98,16 @@ def sol_command(
         err.print(f"[red]--count-on must be meta, cpu or cuda, not {count_on!r}[/]")
         raise typer.Exit(2)
     try:
-        from kernelarc.roofline.profiles import get_profile
-
         profile = get_profile(device)
-        definition, wls, metadata, problem = _load(problem_dir)
-        chosen = _select(wls, problem, workloads)
-    except (KernelArcError, OSError, ValueError) as e:
-        err.print(f"[red]{e}[/]")
+        problem = load_problem(problem_dir)
+        chosen = _select(problem, workloads)
+    except (OSError, ValueError) as e:  # KernelArcErrors are reported by cli/main.py
+        err.print(f"[red]error:[/] {escape(str(e))}")
         raise typer.Exit(2) from e
-    rows = _rows(definition, wls, chosen, profile, metadata, convention, count_on)
+    definition, metadata = problem.definition, problem.metadata
+    rows = _rows(
+        definition, list(problem.workloads), chosen, profile, metadata, convention, count_on
+    )
     if as_json:
         typer.echo(json.dumps(rows, indent=1))
     else:
@@ -153,15 +120,11 @@ def _rows(
     definition: Definition,
     wls: list[Workload],
     chosen: list[int],
-    profile: Any,
+    profile: DeviceProfile,
     metadata: dict[str, Any] | None,
     convention: str,
     count_on: str,
 ) -> list[dict[str, Any]]:
-    from kernelarc.problem.axes import AxisError
-    from kernelarc.roofline.flops import count_workload
-    from kernelarc.roofline.score import t_sol_ms
-
     compare = profile.name == "B200"
     rows: list[dict[str, Any]] = []
     for index in chosen:
@@ -209,10 +172,6 @@ def _rows(
 def _print(
     name: str, device: str, convention: str, rows: list[dict[str, Any]], has_metadata: bool
 ) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
     compare = device == "B200" and has_metadata
     table = Table(title=f"{name}: T_sol on {device} ({convention} convention)")
     for col, justify in (
