@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: lint (ruff), types (mypy), then the test suite (pytest).
+# The test command: lint (ruff), types (mypy), import contracts (lint-imports), then the
+# test suite (pytest).
 # Sets up .venv on first use. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,5 +11,7 @@ echo "[test] ruff (setup took $((SECONDS - t0)) s)" >&2
 .venv/bin/ruff format --check src tests scripts benchmarks
 echo "[test] mypy (at $((SECONDS - t0)) s)" >&2
 .venv/bin/mypy
+echo "[test] import contracts (at $((SECONDS - t0)) s)" >&2
+.venv/bin/lint-imports --no-cache
 echo "[test] pytest (at $((SECONDS - t0)) s)" >&2
 exec .venv/bin/pytest -q "$@"
