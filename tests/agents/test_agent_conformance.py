@@ -6,7 +6,7 @@ editing this file) and the scripted test agent pass ``check_agent`` on the bundl
 (defined here), naming itself in the error.
 
 Not covered: CUDA (agents that only propose on CUDA pass the propose/observe checks
-vacuously here), real guard verdicts (see tests/test_builtin_agents.py).
+vacuously here), real guard verdicts (see tests/proposers/test_builtin_agents.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Helpers for the compiler agent's tests (``tests/test_builtin_agents.py``,
-``tests/test_compiler_agent.py``): synthetic verdicts, the board other agents show, a
-compiler whose first proposal was judged."""
+"""Helpers for the compiler agent's tests (``test_builtin_agents.py``,
+``test_compiler_agent.py`` in ``tests/proposers``): synthetic verdicts, the board other
+agents show, a compiler whose first proposal was judged."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Helpers for the built-in agents' tests (``tests/test_wrap_cudagraph.py``,
-``tests/test_precision_agent.py``, ``tests/test_builtin_agents.py``): example and reference
-solutions, boards, the guard's verdict as agents see it."""
+"""Helpers for the built-in agents' tests (``test_wrap_cudagraph.py``,
+``test_precision_agent.py``, ``test_builtin_agents.py`` in ``tests/proposers``): example and
+reference solutions, boards, the guard's verdict as agents see it."""
 
 from __future__ import annotations
 

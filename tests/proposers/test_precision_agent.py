@@ -5,7 +5,8 @@ that reached the board before it was judged; its candidates through the real gua
 the guard, accepted by default and rejected under strict precision (the agent then stops);
 restore rejects malformed state; the shipped conformance checks.
 
-Not covered here: the orchestrator (``tests/test_orchestrator*.py``), a GPU's TF32 units.
+Not covered here: the orchestrator (``tests/orchestration/test_orchestrator*.py``), a GPU's
+TF32 units.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def test_the_agent_proposes_the_hoisted_loop_and_it_passes_the_guard(
 ) -> None:
     agent = RewriteAgent()
     ctx = agent_context(moe_problem)
-    first = agent.propose(ctx)  # the grouped family comes first (tests/test_rewrite_grouped.py)
+    first = agent.propose(ctx)  # the grouped family comes first (test_rewrite_grouped.py)
     assert first is not None and first.tags == ("rewrite", "grouped")
     tried = [{"families": ["grouped"], "label": "x", "passed": False}]
     agent.restore(json.loads(json.dumps({**agent.state(), "tried": tried})))

@@ -1,5 +1,5 @@
 """The cuda-graph agent and the solution wrapper it shares with the precision agent
-(``tests/test_precision_agent.py``).
+(``tests/proposers/test_precision_agent.py``).
 
 Covered (CPU, the real guard on the bundled examples, one or two small workloads):
 - ``wrap.py``: wrapped solutions keep the base's spec, avoid file-name clashes, refuse C++
