@@ -51,8 +51,8 @@ import copy
 
 from kernelarc.proposers.rewrite.grouped_match import (
     BodyTransformer,
+    LoopRefused,
     Plan,
-    Refused,
     accumulation,
     bool_form,
     names,
@@ -164,9 +164,9 @@ class _Body(BodyTransformer):
         plan = self.plan
         if isinstance(node.slice, ast.Name) and node.slice.id == plan.var:
             if not isinstance(node.value, ast.Name) or node.value.id in self.locals:
-                raise Refused(f"line {node.lineno}: `[V]` on a body local or an expression")
+                raise LoopRefused(f"line {node.lineno}: `[V]` on a body local or an expression")
             if isinstance(node.ctx, ast.Store):
-                raise Refused(f"line {node.lineno}: a write to `Y[V]`")
+                raise LoopRefused(f"line {node.lineno}: a write to `Y[V]`")
             y = node.value.id
             param = plan.slices.setdefault(y, f"_ka_slice_{len(plan.slices)}_{y}")
             return ast.Name(param, ast.Load())
@@ -186,25 +186,25 @@ def _grouped(loop: ast.For, fn: ast.stmt, k: int) -> list[ast.stmt]:
     work, eq = loop, f"_ka_eq{k}"
     try:
         plan = read_header(loop)
-    except Refused as refused:
+    except LoopRefused as refused:
         form = bool_form(loop, eq)
         if form is None:
             raise refused from None
         work, f = form
         plan = read_header(work)
         if plan.count is None:
-            raise Refused("a boolean-mask loop not over range(n)") from None
+            raise LoopRefused("a boolean-mask loop not over range(n)") from None
         plan.eq_of = f
     kept = [(i, st) for i, st in enumerate(work.body) if i not in plan.skip]
     header = set().union(*(names(work.body[i], ast.Store) for i in plan.skip))
     locals_ = set().union(*(names(st, ast.Store) for _, st in kept))
     alias = {plan.mask, plan.loop_var} | (header - set(plan.rows) - {plan.var})
     if locals_ & (header | alias):
-        raise Refused("the loop assigns its mask, its variable or its rows again")
+        raise LoopRefused("the loop assigns its mask, its variable or its rows again")
     in_fn, in_loop = load_counts([fn]), load_counts([loop])
     for name in locals_ | header | {plan.loop_var}:
         if in_fn.get(name, 0) > in_loop.get(name, 0):
-            raise Refused(f"{name!r} is read after the loop")
+            raise LoopRefused(f"{name!r} is read after the loop")
     forbidden = {plan.var, *plan.rows, *alias}
     new_body: list[ast.stmt] = []
     assigned: set[str] = set()
@@ -217,7 +217,7 @@ def _grouped(loop: ast.For, fn: ast.stmt, k: int) -> list[ast.stmt]:
         assert isinstance(value, ast.expr)
         early = (names(value, ast.Load) & (locals_ | set(plan.rows))) - assigned
         if early:
-            raise Refused(f"line {stmt.lineno}: {sorted(early)} read before it is assigned")
+            raise LoopRefused(f"line {stmt.lineno}: {sorted(early)} read before it is assigned")
         value = _Body(plan, forbidden, locals_).visit(copy.deepcopy(value))
         if acc is None:
             assert isinstance(stmt, ast.Assign)
@@ -228,7 +228,7 @@ def _grouped(loop: ast.For, fn: ast.stmt, k: int) -> list[ast.stmt]:
             continue
         kind, a, _ = acc
         if a in locals_ or a in forbidden:
-            raise Refused(f"line {stmt.lineno}: accumulation into a body local {a!r}")
+            raise LoopRefused(f"line {stmt.lineno}: accumulation into a body local {a!r}")
         targets[a] = targets.get(a, 0) + 1
         parts = [value]
         if kind == "expert" and isinstance(value, ast.BinOp) and isinstance(value.op, ast.MatMult):
@@ -241,10 +241,10 @@ def _grouped(loop: ast.For, fn: ast.stmt, k: int) -> list[ast.stmt]:
             )
         plan.accs.append((kind, stmt))
     if not plan.accs:
-        raise Refused("the loop accumulates nothing")
+        raise LoopRefused("the loop accumulates nothing")
     for a, n in targets.items():
         if in_loop.get(a, 0) != n:
-            raise Refused(f"{a!r} is read in the loop besides its accumulations")
+            raise LoopRefused(f"{a!r} is read in the loop besides its accumulations")
     return _emit(loop, plan, new_body, k)
 
 
@@ -322,7 +322,7 @@ class _Grouper:
                     out.extend(_grouped(stmt, self.fn, self.count + 1))
                     self.count += 1
                     continue
-                except Refused as e:
+                except LoopRefused as e:
                     why = f"loop line {stmt.lineno}: {e}"
                 if is_segment_loop(stmt):  # the sorted-segment form (:mod:`.segments`)
                     try:
@@ -330,7 +330,7 @@ class _Grouper:
                         self.count += 1
                         self.segments += 1
                         continue
-                    except Refused as e:
+                    except LoopRefused as e:
                         why = f"loop line {stmt.lineno}: segments: {e}"
                 self.refusals.append(why)
             nested_blocks(stmt, self.block)

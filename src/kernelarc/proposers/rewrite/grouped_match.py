@@ -4,7 +4,7 @@
 ``for V in hit: U = V.item()``), the ``torch.where(mask[U])`` rows, the alias and the
 empty-expert ``continue`` it consumes; :func:`bool_form` first turns a boolean-mask loop
 (``M = F == V``, ``if M.any():``) into that form. :func:`accumulation` classifies each body
-statement. Every refusal raises :class:`Refused` with the reason the agent logs.
+statement. Every refusal raises :class:`LoopRefused` with the reason the agent logs.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from kernelarc.proposers.rewrite.loops import row_of, where_arg
 
 
-class Refused(Exception):
+class LoopRefused(Exception):
     """This loop does not match; the message says why (kept for the agent's log)."""
 
 
@@ -29,7 +29,7 @@ class BodyTransformer(ast.NodeTransformer):
 
     def visit_Name(self, node: ast.Name) -> ast.Name:
         if node.id in self.forbidden:
-            raise Refused(f"line {node.lineno}: {node.id!r} used other than as matched")
+            raise LoopRefused(f"line {node.lineno}: {node.id!r} used other than as matched")
         return node
 
 
@@ -179,7 +179,7 @@ def bool_form(loop: ast.For, eq: str) -> tuple[ast.For, str] | None:
 
 def read_header(loop: ast.For) -> Plan:
     if loop.orelse or not isinstance(loop.target, ast.Name) or not loop.body:
-        raise Refused("not a `for V in range(n)` or `for V in hit` loop")
+        raise LoopRefused("not a `for V in range(n)` or `for V in hit` loop")
     var, body = loop.target.id, loop.body
     it = loop.iter
     plan = Plan(var, "", [], loop_var=var)
@@ -195,7 +195,7 @@ def read_header(loop: ast.For) -> Plan:
         plan.hit, plan.var = it.id, index  # ``for e in hit: i = e.item()``
         plan.skip.add(0)
     else:
-        raise Refused("not a `for V in range(n)` loop, nor `for V in hit: U = V.item()`")
+        raise LoopRefused("not a `for V in range(n)` loop, nor `for V in hit: U = V.item()`")
     w = next(
         (
             i
@@ -210,7 +210,7 @@ def read_header(loop: ast.For) -> Plan:
         None,
     )
     if w is None:
-        raise Refused("no `r1, r2 = torch.where(...)` in the body")
+        raise LoopRefused("no `r1, r2 = torch.where(...)` in the body")
     where = body[w]
     assert isinstance(where, ast.Assign) and isinstance(where.value, ast.Call)
     arg = where_arg(where.value)
@@ -237,13 +237,13 @@ def read_header(loop: ast.For) -> Plan:
                 plan.skip.add(j)  # the alias ``M = X[U]``
                 break
     if mask is None:
-        raise Refused("torch.where's argument is not `mask[V]`")
+        raise LoopRefused("torch.where's argument is not `mask[V]`")
     plan.mask = mask
     targets = where.targets[0]
     assert isinstance(targets, ast.Tuple)
     plan.rows = [t.id for t in targets.elts if isinstance(t, ast.Name)]
     if len(set(plan.rows)) != len(plan.rows):
-        raise Refused("repeated row names")
+        raise LoopRefused("repeated row names")
     plan.where = w
     plan.skip.add(w)
     if w + 1 < len(body) and empty_check(body[w + 1], plan.rows):
@@ -283,14 +283,16 @@ def accumulation(stmt: ast.stmt, plan: Plan) -> tuple[str, str, ast.expr] | None
     if isinstance(stmt, ast.AugAssign):
         t = stmt.target
         if not (isinstance(stmt.op, ast.Add) and isinstance(t, ast.Subscript)):
-            raise Refused(f"line {stmt.lineno}: an augmented assignment that is not `A[...] +=`")
+            raise LoopRefused(
+                f"line {stmt.lineno}: an augmented assignment that is not `A[...] +=`"
+            )
         if not isinstance(t.value, ast.Name):
-            raise Refused(f"line {stmt.lineno}: accumulation into an expression")
+            raise LoopRefused(f"line {stmt.lineno}: accumulation into an expression")
         if isinstance(t.slice, ast.Name) and t.slice.id == plan.var:
             return "expert", t.value.id, stmt.value
         if row_index(t.slice, plan.rows, target=True) is not None:
             return "pairs", t.value.id, stmt.value
-        raise Refused(f"line {stmt.lineno}: `A[...] +=` indexed by neither V nor all rows")
+        raise LoopRefused(f"line {stmt.lineno}: `A[...] +=` indexed by neither V nor all rows")
     if isinstance(stmt, ast.Expr) and isinstance(call := stmt.value, ast.Call):
         f = call.func
         if (
@@ -305,7 +307,9 @@ def accumulation(stmt: ast.stmt, plan: Plan) -> tuple[str, str, ast.expr] | None
             and call.args[1].id in plan.rows
         ):
             return f"index:{call.args[1].id}", f.value.id, call.args[2]
-        raise Refused(f"line {stmt.lineno}: a call statement other than `A.index_add_(0, r, e)`")
+        raise LoopRefused(
+            f"line {stmt.lineno}: a call statement other than `A.index_add_(0, r, e)`"
+        )
     if (
         plan.eq_of is not None
         and isinstance(stmt, ast.Assign)
@@ -322,13 +326,13 @@ def accumulation(stmt: ast.stmt, plan: Plan) -> tuple[str, str, ast.expr] | None
         for t in stmt.targets
     ):
         return None
-    raise Refused(f"line {stmt.lineno}: {type(stmt).__name__} statements are not batched")
+    raise LoopRefused(f"line {stmt.lineno}: {type(stmt).__name__} statements are not batched")
 
 
 __all__ = [
     "BodyTransformer",
     "Plan",
-    "Refused",
+    "LoopRefused",
     "accumulation",
     "bool_form",
     "names",

@@ -51,7 +51,7 @@ import ast
 import copy
 from dataclasses import dataclass, field
 
-from kernelarc.proposers.rewrite.grouped_match import BodyTransformer, Refused, index_of, names
+from kernelarc.proposers.rewrite.grouped_match import BodyTransformer, LoopRefused, index_of, names
 from kernelarc.proposers.rewrite.loops import load_counts, vmap_or_loop
 
 HELPER = "_KaSegments"
@@ -217,16 +217,16 @@ def _zero_skip(stmt: ast.stmt, count: str) -> bool:
 def _header(loop: ast.For) -> _Seg:
     """The expert index, the count and its conversion (``skip``)."""
     if loop.orelse or not loop.body:
-        raise Refused("a loop with an else branch or no body")
+        raise LoopRefused("a loop with an else branch or no body")
     it, target, first = loop.iter, loop.target, loop.body[0]
     if not (isinstance(it, ast.Call) and _name(it.func) and len(it.args) == 1) or it.keywords:
-        raise Refused("not `for V in range(n)` nor `for V, c in enumerate(counts)`")
+        raise LoopRefused("not `for V in range(n)` nor `for V, c in enumerate(counts)`")
     kind = it.func.id  # type: ignore[attr-defined]
     if kind == "range" and isinstance(target, ast.Name):
         a = _assign(first)
         counts = _count_of(a[1], target.id) if a is not None else None
         if a is None or counts is None:
-            raise Refused("a `range` loop whose body does not start with `c = int(counts[V])`")
+            raise LoopRefused("a `range` loop whose body does not start with `c = int(counts[V])`")
         seg = _Seg(target.id, a[0], a[1], n=it.args[0], counts_name=counts)
         seg.skip.add(0)
         return seg
@@ -242,7 +242,7 @@ def _header(loop: ast.For) -> _Seg:
             seg.count = conv
             seg.skip.add(0)
         return seg
-    raise Refused("not `for V in range(n)` nor `for V, c in enumerate(counts)`")
+    raise LoopRefused("not `for V in range(n)` nor `for V, c in enumerate(counts)`")
 
 
 def _bounds(loop: ast.For, seg: _Seg) -> None:
@@ -257,7 +257,7 @@ def _bounds(loop: ast.For, seg: _Seg) -> None:
         and isinstance(n.slice.lower, ast.Name)
     }
     if len(lowers) != 1:
-        raise Refused(f"slices start at {sorted(lowers)}, not at one `start`")
+        raise LoopRefused(f"slices start at {sorted(lowers)}, not at one `start`")
     seg.start = start = lowers.pop()
     c = seg.count
     for i, st in enumerate(loop.body):
@@ -266,28 +266,28 @@ def _bounds(loop: ast.For, seg: _Seg) -> None:
         a = _assign(st)
         if a is not None and a[0] != start and _sum_of(a[1], start, c):
             if seg.end is not None:
-                raise Refused(f"line {st.lineno}: `end = start + c` twice")
+                raise LoopRefused(f"line {st.lineno}: `end = start + c` twice")
             seg.end, seg.end_at = a[0], i
             seg.skip.add(i)
             continue
         moved = False
         if isinstance(st, ast.AugAssign) and _name(st.target, start):
             if not (isinstance(st.op, ast.Add) and _name(st.value, c)):
-                raise Refused(f"line {st.lineno}: `start` moves by other than `+= c`")
+                raise LoopRefused(f"line {st.lineno}: `start` moves by other than `+= c`")
             moved = True
         elif a is not None and a[0] == start:
             if not (_sum_of(a[1], start, c) or (seg.end and _name(a[1], seg.end))):
-                raise Refused(f"line {st.lineno}: `start` moves to other than `end`")
+                raise LoopRefused(f"line {st.lineno}: `start` moves to other than `end`")
             moved = True
         if moved:
             if seg.update_at >= 0:
-                raise Refused(f"line {st.lineno}: `start` moves twice")
+                raise LoopRefused(f"line {st.lineno}: `start` moves twice")
             seg.update_at = i
             seg.skip.add(i)
     if seg.update_at < 0:
-        raise Refused("no `start = end` or `start += c` in the body")
+        raise LoopRefused("no `start = end` or `start += c` in the body")
     if seg.end_at > seg.update_at:
-        raise Refused("`end = start + c` after `start` moves")
+        raise LoopRefused("`end = start + c` after `start` moves")
 
 
 class _Body(BodyTransformer):
@@ -308,9 +308,9 @@ class _Body(BodyTransformer):
         seg, sl = self.seg, node.slice
         if (isinstance(sl, ast.Slice) and self._bound(sl)) or _name(sl, seg.var):
             if not _name(node.value) or node.value.id in self.locals | self.forbidden:  # type: ignore[attr-defined]
-                raise Refused(f"line {node.lineno}: a segment slice or `[V]` of a body name")
+                raise LoopRefused(f"line {node.lineno}: a segment slice or `[V]` of a body name")
             if isinstance(node.ctx, ast.Store):
-                raise Refused(f"line {node.lineno}: a write to a segment or to `W[V]`")
+                raise LoopRefused(f"line {node.lineno}: a write to a segment or to `W[V]`")
             x = node.value.id  # type: ignore[attr-defined]
             if isinstance(sl, ast.Slice):
                 self.sliced = True
@@ -388,7 +388,7 @@ def is_segment_loop(loop: ast.For) -> bool:
 
 def segment_loop(loop: ast.For, before: list[ast.stmt], fn: ast.stmt, k: int) -> list[ast.stmt]:
     """The statements that replace the segment ``loop`` (``before``: the statements before
-    it in its block; ``k`` names the helpers); raises :class:`Refused`."""
+    it in its block; ``k`` names the helpers); raises :class:`LoopRefused`."""
     seg = _header(loop)
     _bounds(loop, seg)
     body = loop.body
@@ -398,16 +398,16 @@ def segment_loop(loop: ast.For, before: list[ast.stmt], fn: ast.stmt, k: int) ->
     header = {seg.var, seg.count, seg.start, *(x for x in (seg.end, seg.raw) if x)}
     locals_ = set().union(*(names(st, ast.Store) for _, st in kept))
     if locals_ & header:
-        raise Refused(f"the body assigns {sorted(locals_ & header)} again")
+        raise LoopRefused(f"the body assigns {sorted(locals_ & header)} again")
     if seg.counts_name in locals_:
-        raise Refused("the body assigns the counts")
+        raise LoopRefused("the body assigns the counts")
     in_fn, in_loop = load_counts([fn]), load_counts([loop])
     for name in locals_ | header:
         if in_fn.get(name, 0) > in_loop.get(name, 0):
-            raise Refused(f"{name!r} is read outside the loop")
+            raise LoopRefused(f"{name!r} is read outside the loop")
     start = _set_before(before, seg.start)
     if not (isinstance(start, ast.Constant) and start.value == 0 and type(start.value) is int):
-        raise Refused(f"no `{seg.start} = 0` before the loop in its block")
+        raise LoopRefused(f"no `{seg.start} = 0` before the loop in its block")
     forbidden = header | ({seg.counts_name} if seg.counts_name else set())
     new_body: list[ast.stmt] = []
     assigned: set[str] = set()
@@ -415,20 +415,20 @@ def segment_loop(loop: ast.For, before: list[ast.stmt], fn: ast.stmt, k: int) ->
         app = _append(st)
         value = app[1] if app is not None else getattr(st, "value", None)
         if app is None and not isinstance(st, ast.Assign):
-            raise Refused(f"line {st.lineno}: {type(st).__name__} statements are not batched")
+            raise LoopRefused(f"line {st.lineno}: {type(st).__name__} statements are not batched")
         assert isinstance(value, ast.expr)
         if isinstance(st, ast.Assign) and not all(
             _name(t) or (isinstance(t, ast.Tuple) and all(_name(e) for e in t.elts))
             for t in st.targets
         ):
-            raise Refused(f"line {st.lineno}: an assignment to a subscript or attribute")
+            raise LoopRefused(f"line {st.lineno}: an assignment to a subscript or attribute")
         early = (names(value, ast.Load) & locals_) - assigned
         if early:
-            raise Refused(f"line {st.lineno}: {sorted(early)} read before it is assigned")
+            raise LoopRefused(f"line {st.lineno}: {sorted(early)} read before it is assigned")
         visitor = _Body(seg, forbidden, locals_)
         value = visitor.visit(copy.deepcopy(value))
         if visitor.sliced and not (seg.end_at < i < seg.update_at):
-            raise Refused(
+            raise LoopRefused(
                 f"line {st.lineno}: a segment slice before `end` is set or after `start` moves"
             )
         if app is None:
@@ -438,26 +438,28 @@ def segment_loop(loop: ast.For, before: list[ast.stmt], fn: ast.stmt, k: int) ->
             continue
         lst = app[0]
         if lst in seg.lists or lst in locals_ | forbidden:
-            raise Refused(f"line {st.lineno}: {lst!r} is appended to twice or is a body name")
+            raise LoopRefused(f"line {st.lineno}: {lst!r} is appended to twice or is a body name")
         tmp = f"_ka_ret_{len(seg.lists)}"
         seg.lists.append(lst)
         new_body.append(ast.Assign([ast.Name(tmp, ast.Store())], value, lineno=st.lineno))
     if not seg.lists:
-        raise Refused("the loop appends nothing")
+        raise LoopRefused("the loop appends nothing")
     if not seg.xs:
-        raise Refused("no segment slice `X[start:end]` in the body")
+        raise LoopRefused("no segment slice `X[start:end]` in the body")
     for lst in seg.lists:
         if in_loop.get(lst, 0) != 1:
-            raise Refused(f"{lst!r} is read in the loop besides its append")
+            raise LoopRefused(f"{lst!r} is read in the loop besides its append")
         lines = _list_reads(fn, loop, lst)
         if lines:
-            raise Refused(f"{lst!r} read outside the loop other than by torch.cat, line {lines[0]}")
+            raise LoopRefused(
+                f"{lst!r} read outside the loop other than by torch.cat, line {lines[0]}"
+            )
         init = _set_before(before, lst)
         if not (isinstance(init, ast.List) and not init.elts):
-            raise Refused(f"no `{lst} = []` before the loop in its block")
+            raise LoopRefused(f"no `{lst} = []` before the loop in its block")
     for x in [*seg.xs, *seg.ys]:
         if x in locals_ | forbidden or x in seg.lists:
-            raise Refused(f"{x!r} is assigned in the loop")
+            raise LoopRefused(f"{x!r} is assigned in the loop")
     return _emit(loop, seg, new_body, k)
 
 
