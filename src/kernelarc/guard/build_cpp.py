@@ -43,6 +43,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+import kernelarc
 from kernelarc.env import is_secret, parent_environment
 from kernelarc.guard.build_base import (
     BuildArtifact,
@@ -153,8 +154,6 @@ def names_arch(flags: Sequence[str]) -> bool:
 
 
 def _child_env(arch_list: str | None) -> dict[str, str]:
-    import kernelarc
-
     env = {k: v for k, v in parent_environment().items() if not is_secret(k)}
     src_root = str(Path(kernelarc.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)

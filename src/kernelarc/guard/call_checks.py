@@ -4,9 +4,8 @@ tensors on the device or that share memory with an input.
 Writes: a tensor input smaller than ``GuardConfig.copy_bytes`` is copied and compared bit
 for bit. A larger contiguous one is fingerprinted instead: its bytes, read as 32-bit words
 (single bytes when its size or alignment does not allow words), are summed with odd random
-64-bit weights modulo 2**64, chunk by chunk on its own device. An untouched copy of L2 025's
-24 GiB of weights beside the inputs and the solution's outputs was more than an 80 GB H100
-held (session 33: every candidate ran out of memory in its first round); the fingerprint
+64-bit weights modulo 2**64, chunk by chunk on its own device: an untouched copy of inputs
+of tens of GB would not fit beside them and the outputs (docs/GUARD.md); the fingerprint
 needs two chunk-sized temporaries.
 
 Covered, for writes: any change of a single word is always found (an odd weight times a nonzero
@@ -22,11 +21,10 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from kernelarc.guard.sentinel import Violation
-    from kernelarc.problem.schema import Definition
+from kernelarc.guard.sentinel import Violation
+from kernelarc.problem.schema import Definition
 
 #: Non-tensor return values that are plain bugs (RUNTIME_ERROR); any other object in place
 #: of an output tensor is treated as posing as one (REWARD_HACK[output-type]).
@@ -127,8 +125,6 @@ def output_violations(
     writes that input itself (the parent decides, ``session.py``); destination-passing
     outputs are the guard's own buffers."""
     import torch
-
-    from kernelarc.guard.sentinel import Violation
 
     found = []
     ranges = [

@@ -360,16 +360,14 @@ class CandidateRole:
         # latest alone when the request says ``one_sample``: footprint.one_timed_call). Any
         # other call's outputs are released before the next call (outside the timed region):
         # holding every slot's outputs alive made each call allocate fresh memory, a cost
-        # the reference, timed in the other worker, does not pay (on the CPU the eager
-        # reference judged as a candidate read 0.52-0.62x of itself on its larger shapes).
+        # the reference, timed in the other worker, does not pay (docs/GUARD.md).
         kept: dict[int, Any] = {}
         mid = msg.warmup + msg.iterations // 2
         one = msg.one_sample
         k = len(pool)
         # The timed region holds the solution's call alone, as for the reference (worker.py):
-        # argument lists are built, and results kept and normalised, outside it. (With the
-        # guard's bookkeeping inside, the eager reference judged as a candidate read
-        # 0.88-0.95x of itself on the CPU's ~0.1 ms calls.)
+        # argument lists are built, and results kept and normalised, outside it (the guard's
+        # bookkeeping inside it read the reference as slower than itself, docs/GUARD.md).
         fn = self.fn
         argsets = [self._args(pool[j], outs[j]) for j in range(k)]
         t1 = time.monotonic()

@@ -131,9 +131,8 @@ def _chunk_float(x: torch.Tensor, y: torch.Tensor, tol: Tolerance, acc: _Acc) ->
     in about half the memory traffic of :func:`_chunk_float_masked` and one device sync for
     its totals; any non-finite difference (a NaN or Inf on either side, or an overflowing
     difference) goes to :func:`_chunk_float_masked`. Both give the same totals, bit for bit
-    (``tests/test_compare.py``). The comparison is the largest part of a correctness round
-    on a problem with tens of GB of outputs (L2 025 on an H100: 1.0 s of 2.5 s a round,
-    docs/PERFORMANCE.md session 36)."""
+    (``tests/guard/test_compare.py``). The comparison is the largest part of a correctness
+    round on a problem with tens of GB of outputs (docs/PERFORMANCE.md)."""
     diff = torch.sub(x, y).abs_()
     if not bool(torch.isfinite(diff).all()):
         del diff

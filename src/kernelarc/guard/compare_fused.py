@@ -1,10 +1,10 @@
 """One-pass totals of a float comparison chunk on a CUDA device (a Triton kernel).
 
 :func:`kernelarc.guard.compare._chunk_float` computes its totals with about a dozen torch
-passes over the chunk (about 180 bytes of memory traffic per element: 14.5 elements/ns on
-an H100, docs/PERFORMANCE.md session 38). :func:`fused_totals` reads each element of the
-output and the reference once and writes one row of partial totals per block of
-:data:`BLOCK` elements; a small torch reduction over the rows gives the chunk's totals.
+passes over the chunk (about 180 bytes of memory traffic per element, docs/PERFORMANCE.md).
+:func:`fused_totals` reads each element of the output and the reference once and writes one
+row of partial totals per block of :data:`BLOCK` elements; a small torch reduction over the
+rows gives the chunk's totals.
 
 The element rules are the torch path's, written to round the same way:
 

@@ -2,9 +2,8 @@
 
 A candidate worker compiles ``torch.compile`` solutions with one thread by default
 (``TORCHINDUCTOR_COMPILE_THREADS=1``): Inductor's parallel compile runs in a pool of worker
-processes, and the sandbox forbids a candidate to start processes. On the H200 compiling
-was what limited three of the issue-4 problems under a 240 s limit (L2 002: a 104 s
-screening of a compiled candidate, docs/PERFORMANCE.md, session 10).
+processes, and the sandbox forbids a candidate to start processes; compiling can then
+take most of a workload's time limit (docs/PERFORMANCE.md).
 
 With ``compile_workers`` > 1 the guard runs a *compile pass* before judging a solution that
 compiles at run time: the guard starts the pool itself (its own code, under

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernelarc.errors import KernelArcError
 from kernelarc.guard.verdict import WorkloadOutcome
 from kernelarc.problem.schema import Trace
 
@@ -101,15 +102,11 @@ def resolve_device(name: str) -> str:
             import torch
 
             if not torch.cuda.is_available():
-                from kernelarc.errors import KernelArcError
-
                 raise KernelArcError(
                     "--device cuda was asked for, but no CUDA device is "
                     "visible here; use --device cpu"
                 )
         elif name != "cpu":
-            from kernelarc.errors import KernelArcError
-
             raise KernelArcError(f"unknown device {name!r}: use auto, cpu or cuda[:N]")
         return name
     import torch

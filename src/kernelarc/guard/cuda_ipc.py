@@ -2,11 +2,11 @@
 
 On by default on CUDA (``GuardConfig.gpu_exchange``). The file exchange
 (``protocol.SlotWriter``) copies every output through a shared-memory file; for a problem
-whose outputs are tens of GB (L2 025's gradients: 25.8 GB per call) that cost 5 s per
-correctness round on the H200. Here an output of at least ``IPC_MIN_BYTES`` crosses as a
-CUDA IPC handle instead (driver API through ``ctypes``: ``cuIpcGetMemHandle`` in the
-candidate worker, ``cuIpcOpenMemHandle`` in the reference worker), and the reference worker
-copies it into its own memory at once and closes the handle.
+whose outputs are tens of GB that costs seconds per correctness round (docs/GUARD.md). Here
+an output of at least ``IPC_MIN_BYTES`` crosses as a CUDA IPC handle instead (driver API
+through ``ctypes``: ``cuIpcGetMemHandle`` in the candidate worker, ``cuIpcOpenMemHandle`` in
+the reference worker), and the reference worker copies it into its own memory at once and
+closes the handle.
 
 The reference worker must not run in a PID namespace of its own when the candidate does:
 both are then PID 1 of their namespaces and the driver refuses the handle (error 201,

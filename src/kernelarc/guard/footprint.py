@@ -4,12 +4,9 @@ The most the guard holds of a workload at once is its inputs and its outputs twi
 reference's worker makes its inputs and outputs while the candidate's outputs, exported
 to it for the comparison, are still held (``session.py``); the candidate's own call holds
 the inputs and its outputs, beside copies of inputs under ``GuardConfig.copy_bytes``
-(larger ones are fingerprinted, ``call_checks.py``). L2 025 on an 80 GB H100 (session 33):
-24.1 GiB of inputs and 24.1 GiB of outputs for ``num_tokens``=2048, 72.2 GiB by this count
-against 79.2 GiB. Before the fingerprints, an untouched copy of the inputs made the
-candidate's call alone as large, and every one of 13 candidates, the reference's own code
-among them, ran out of memory in its first round after 112 s of judging.
-:func:`memory_warnings` names such workloads at the start.
+(larger ones are fingerprinted, ``call_checks.py``). A workload near the device's memory by
+this count fails every candidate, the reference's own code among them, after minutes of
+judging (docs/GUARD.md); :func:`memory_warnings` names such workloads at the start.
 
 Covered: the declared tensor inputs and outputs of each workload (``problem.inputs``'
 estimates, custom inputs by their declared shapes). Not covered: the solution's and the
@@ -22,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kernelarc.problem.inputs import estimate_input_bytes, estimate_output_bytes
 from kernelarc.problem.schema import Definition, Workload
 
 WARN_SHARE = 0.8
@@ -37,8 +35,6 @@ GIB = float(1 << 30)
 def guard_need_bytes(definition: Definition, workload: Workload) -> tuple[int, int, int]:
     """(inputs, outputs, the count) in bytes: the count is the inputs plus twice the
     outputs (module docstring)."""
-    from kernelarc.problem.inputs import estimate_input_bytes, estimate_output_bytes
-
     ins = estimate_input_bytes(definition, workload)
     outs = estimate_output_bytes(definition, workload)
     return ins, outs, ins + 2 * outs
@@ -116,10 +112,8 @@ def device_warnings(
 def two_calls_crowd(one_call_bytes: int, total: int) -> bool:
     """Whether two timed calls' outputs take over a quarter of a device of ``total`` bytes:
     then only the last timed call's outputs are judged, not also the middle one's. Each
-    judged call's outputs stay exported while the reference worker computes its own: on the
-    H200, L2 025 (24 GiB of gradients per call) had two sets exported beside the timed
-    inputs, 80.7 GiB in the candidate's worker, and the reference worker ran out of
-    memory."""
+    judged call's outputs stay exported while the reference worker computes its own, and
+    two such sets beside the timed inputs can leave the reference worker out of memory."""
     return 2 * one_call_bytes > total // 4
 
 
@@ -127,11 +121,8 @@ def one_timed_call(definition: Definition, workload: Workload, total: int | None
     """Whether, by its declared outputs, only the last timed call of ``workload`` is judged
     on a device of ``total`` bytes (None: the CPU, never): the candidate's worker then keeps
     no earlier call's outputs during the timing and not the last call's inputs for the
-    re-check, and lets go of its outputs before the reference is timed (``session.py``).
-    On an 80 GB H100, L2 025's timing held its 24 GiB of inputs, the middle call's 24 GiB of
-    gradients and the running call's (session 33)."""
-    from kernelarc.problem.inputs import estimate_output_bytes
-
+    re-check, and lets go of its outputs before the reference is timed (``session.py``):
+    otherwise a timing holds the inputs and two calls' outputs at once."""
     if total is None:
         return False
     try:

@@ -1,28 +1,22 @@
 """Device memory a guard worker holds without needing it, and handing it back.
 
 The reference and candidate workers share one GPU and take turns: on a problem whose
-tensors fill most of it (L2 025: 24 GiB of inputs, 24 GiB of outputs), whatever one worker
+tensors fill most of it (inputs and outputs of tens of GB), whatever one worker
 keeps beyond what it uses leaves the other too little. Two things keep such memory:
 
 - **the caching allocator**: freed blocks stay reserved by the process.
   :func:`release_cached` hands them back above :data:`CACHED_BYTES_KEPT`. Workers call it
   between requests and right after making a request's inputs; otherwise a small tensor can
   be carved out of a freed generator temporary and keep all of it reserved (checked on an
-  H100: ``tests/test_worker_memory.py``).
+  H100: ``tests/guard/test_worker_memory.py``).
 - **garbage cycles**: a tensor referenced only from a reference cycle stays allocated until
   Python's cyclic collector runs. ``torch.compile``'s first call of a function, the call
-  that compiles it, can leave that call's inputs and outputs in such cycles. This was seen
-  with L2 025's reference on the CPU (torch 2.13), whose expert loop has graph breaks: all
-  7 inputs and 5 outputs were still alive after ``del`` until ``gc.collect()``. Later calls
-  left none, and neither did small functions without such a loop. Such a frame is traced
-  and then skipped (a graph break in a loop): it compiles no graph, so the trigger is the
-  count of frames Dynamo traced, not of graphs (session 36's H100 run of
-  ``tests/test_worker_memory.py`` failed on the graph count). On an 80 GB H100 this fits
-  two failures of session 35:
-  - the compiled candidate held 49 GiB, its inputs and outputs, while the reference worker
-    made its inputs;
-  - the compiled baseline's reference worker had 72.8 GiB in use during timing: the pool,
-    plus two calls' outputs.
+  that compiles it, can leave that call's inputs and outputs in such cycles (a function
+  whose loop has graph breaks: all its inputs and outputs stay alive after ``del`` until
+  ``gc.collect()``; docs/GUARD.md). Such a frame is traced and then skipped: it compiles
+  no graph, so the trigger is the count of frames Dynamo traced, not of graphs. On a GPU
+  such cycles can hold a compiled candidate's inputs and outputs while the reference
+  worker makes its own.
 
   :class:`CycleCollector` runs the collector when Dynamo traced a frame during a request
   or a timing loop's first call (:func:`traced_frames`) and the worker has more than
@@ -42,6 +36,8 @@ from __future__ import annotations
 import gc
 import sys
 from typing import Any
+
+from kernelarc.guard.footprint import device_bytes
 
 #: Device memory a worker's allocator may keep cached between requests.
 CACHED_BYTES_KEPT = 1 << 30
@@ -100,8 +96,6 @@ class CycleCollector:
         self.frames = traced_frames()
         self.total = 0
         if self.cuda:
-            from kernelarc.guard.footprint import device_bytes
-
             self.total = device_bytes(str(device)) or 0
 
     def __call__(self) -> bool:

@@ -29,15 +29,14 @@ interleaved pairs (ignored, which makes the rule conservative when drift is shar
 Across processes (:func:`is_better_across`). The rule above sees only the noise within one
 worker process. Two processes running the same code can differ by a steady offset (on a
 loaded CPU, 3-8%: memory placement, cores, threads left spinning), which no number of
-samples in one process reveals: a CI run once read the same solution 1.075x "faster" against
-a bar of 1.050. So each side is measured in P >= 3 processes of its own and the process is
-the unit: per process, the mean over workloads of the log median, ``L``; the speedup is
-``exp(mean L_inc - mean L_cand)``; its noise, from the pooled variance of ``L`` within each
-side, ``se = s * sqrt(1/P_cand + 1/P_inc)`` with ``P_cand + P_inc - 2`` degrees of freedom,
-is weighed with the Student-t quantile that has the normal tail of ``z`` (a Cornish-Fisher
-expansion). The candidate is better when the speedup also clears the within-process bar of
-:func:`is_better` on all samples pooled. With few processes the t quantile is large (z = 3,
-4 + 4 processes: 4.9): the rule asks the data to show the gain.
+samples in one process reveals. So each side is measured in P >= 3 processes of its own and
+the process is the unit: per process, the mean over workloads of the log median, ``L``; the
+speedup is ``exp(mean L_inc - mean L_cand)``; its noise, from the pooled variance of ``L``
+within each side, ``se = s * sqrt(1/P_cand + 1/P_inc)`` with ``P_cand + P_inc - 2`` degrees
+of freedom, is weighed with the Student-t quantile that has the normal tail of ``z`` (a
+Cornish-Fisher expansion). The candidate is better when the speedup also clears the
+within-process bar of :func:`is_better` on all samples pooled. With few processes the t
+quantile is large (z = 3, 4 + 4 processes: 4.9): the rule asks the data to show the gain.
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelarc.problem.schema import RUNTIME_COMPILE_MARKERS
+
 
 def uses_inductor(root: Path) -> bool:
-    from kernelarc.problem.schema import RUNTIME_COMPILE_MARKERS
-
     return any(
         m in p.read_text(errors="replace")
         for p in root.rglob("*.py")
@@ -43,10 +43,8 @@ def prewarm_inductor(*, probe: bool) -> Prewarm:
     torch runs it (the CPU device: Inductor's CPU kernels are the solution's speed). Without
     it (a CUDA device), ``cpp.vec_isa_ok = False`` answers it without building or starting
     anything: CPU kernels Inductor generates inside a CUDA solution's graph are then scalar,
-    GPU kernels are unchanged. On the H200 a compiled candidate's worker spent 47-62 s in
-    setup with the check run this way, its torch.compile calls ~4 s (session 12); with early
-    spares prepared without it, 0.35-8.24 s (session 13, docs/PERFORMANCE.md). Timed in
-    ``load.prewarm`` / ``spare_prewarm``."""
+    GPU kernels are unchanged; the check run as torch runs it can cost a CUDA worker tens of
+    seconds of setup (docs/PERFORMANCE.md). Timed in ``load.prewarm`` / ``spare_prewarm``."""
     t0 = time.monotonic()
     notes: list[str] = []
     try:

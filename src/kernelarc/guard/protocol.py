@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelarc.guard.cuda_ipc import host_register, host_unregister, read_ipc
+
 MAX_LINE = 64 * 1024 * 1024
 
 #: dtype names accepted on the wire → torch attribute names (resolved lazily).
@@ -141,8 +143,6 @@ class SlotWriter:
         dst = torch.from_file(key, shared=True, size=nbytes, dtype=torch.uint8)
         pinned = False
         if cuda:
-            from kernelarc.guard.cuda_ipc import host_register
-
             err = host_register(dst.data_ptr(), nbytes)
             pinned = err is None
             if not pinned:
@@ -153,8 +153,6 @@ class SlotWriter:
     def _drop(self, key: str) -> None:
         old = self._maps.pop(key, None)
         if old is not None and old[1]:
-            from kernelarc.guard.cuda_ipc import host_unregister
-
             err = host_unregister(old[0].data_ptr())
             if err is not None:
                 print(f"kernelarc: unlocking {Path(key).name} failed ({err})")
@@ -248,8 +246,6 @@ def read_tensor(header: dict[str, Any], device: Any) -> Any:
 
     dtype, shape, nbytes = header_layout(header)
     if "ipc" in header:  # a large CUDA output handed over on the GPU (guard/cuda_ipc.py)
-        from kernelarc.guard.cuda_ipc import read_ipc
-
         if torch.device(device).type != "cuda":
             raise ValueError("a CUDA IPC header for a device that is not CUDA")
         return read_ipc(header, dtype, shape, nbytes, device)

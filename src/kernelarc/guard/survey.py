@@ -33,6 +33,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
+from kernelarc.env import cache_dir
+from kernelarc.guard.footprint import device_bytes
 from kernelarc.guard.isolation import (
     Isolation,
     WorkerCrashed,
@@ -56,7 +58,9 @@ from kernelarc.guard.messages import (
 )
 from kernelarc.guard.scratch import make_scratch, sweep_stale
 from kernelarc.guard.survey_bounds import BoundsHelper
-from kernelarc.problem.loader import Problem
+from kernelarc.problem.discover import summarize
+from kernelarc.problem.inputs import estimate_input_bytes, estimate_output_bytes
+from kernelarc.problem.loader import Problem, load_problem
 from kernelarc.problem.schema import Definition, Workload
 
 R = TypeVar("R", bound=Reply)
@@ -78,7 +82,7 @@ MEMORY_FACTOR = {"cpu": 3, "cuda": 1}
 upcast and copy), so that a workload that would make the machine swap is not started. On a
 GPU only what cannot fit at all is skipped: running out of device memory is an ordinary,
 reported error there (category ``out_of_memory``), and the x3 estimate skipped references
-that do run (L2 025 on the H200: 52 GB of inputs, 141 GB of GPU memory)."""
+that do run."""
 SEED = 200
 
 
@@ -147,8 +151,6 @@ def classify(message: str, detail: str = "") -> Category:
 
 def select_workloads(definition: Definition, workloads: list[Workload], how: str) -> list[Any]:
     """The workloads to run, each with its input bytes (None when its axes do not resolve)."""
-    from kernelarc.problem.inputs import estimate_input_bytes
-
     sized: list[tuple[Workload, int | None]] = []
     for wl in workloads:
         try:
@@ -169,8 +171,6 @@ def select_workloads(definition: Definition, workloads: list[Workload], how: str
 
 def available_bytes(device: str) -> int:
     """Free host memory (MemAvailable) for the CPU; total memory of the GPU for CUDA."""
-    from kernelarc.guard.footprint import device_bytes
-
     total = device_bytes(device)
     if total is not None:
         return total
@@ -188,8 +188,6 @@ class _Workers:
     """Fresh reference workers, one started ahead."""
 
     def __init__(self, opts: SurveyOptions, tmp: Path) -> None:
-        from kernelarc.env import cache_dir
-
         self.opts, self.tmp, self.count = opts, tmp, 0
         self.base: Isolation = probe_isolation(True)
         cache = (opts.cache_dir or cache_dir()).resolve()
@@ -293,8 +291,6 @@ def check_problem(
     problem: Problem, workers: _Workers, opts: SurveyOptions, *, prestart: bool = False
 ) -> ProblemCheck:
     """Run the reference of one loaded problem on the chosen workloads."""
-    from kernelarc.problem.inputs import estimate_output_bytes
-
     t0 = time.monotonic()
     d = problem.definition
     out = ProblemCheck(
@@ -374,9 +370,6 @@ def survey(
     progress: Callable[[int, int, ProblemCheck], None] | None = None,
 ) -> list[ProblemCheck]:
     """Check every problem directory in ``dirs`` (load errors become failed entries)."""
-    from kernelarc.problem.discover import summarize
-    from kernelarc.problem.loader import load_problem
-
     loaded: list[Problem | ProblemCheck] = []
     for d in dirs:
         try:

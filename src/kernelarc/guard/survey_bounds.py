@@ -25,6 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelarc.problem.loader import load_problem
+from kernelarc.roofline.bounds import workload_bounds
+
 
 class BoundsHelper:
     def __init__(self, env: dict[str, str] | None = None) -> None:
@@ -89,9 +92,6 @@ class BoundsHelper:
 
 
 def _serve() -> None:
-    from kernelarc.problem.loader import load_problem
-    from kernelarc.roofline.bounds import workload_bounds
-
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever a reference prints goes to stderr, never into the replies
     for line in sys.stdin:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelarc.guard.cupti import ActivitySpan, CallLog
 from kernelarc.guard.held_memory import CycleCollector
 
 ESCAPE_SLACK_MS = 0.1
@@ -137,11 +138,9 @@ def shifted_copy(t: Any, shift_elems: int) -> Any:
 def pool_shift(cycle: int) -> int:
     """Elements into their allocations that a timing pool's tensors start at: 64 when the
     pool is built (``cycle`` 0), then another offset each time the calls wrap around it, so
-    no pointer repeats. Both workers place their pools by this rule. Until session 24 the
-    reference's inputs lay at offset 0: on the H200 the same allocations read FIB 002's
-    compiled kernel 0-2.6% faster at offset 0 than 64 elements in, and the reference's old
-    pool 0.8-4.1% faster than a candidate's (``benchmarks/offset_probe.py``,
-    docs/PERFORMANCE.md session 24)."""
+    no pointer repeats. Both workers place their pools by this rule: the same allocations
+    read a kernel a few percent apart at different offsets (docs/PERFORMANCE.md), so a
+    reference placed otherwise than its candidates would be timed on other terms."""
     return 64 * (1 + cycle % 32)
 
 
@@ -217,11 +216,10 @@ class Flusher:
     On CUDA the write rotates through ``windows`` windows of one buffer of
     ``(windows + 1) x L2`` bytes, window ``k`` covering ``[k L2, (k + 2) L2)``: the last L2's
     worth written, what the L2 holds (dirty) when the call starts, is a different part of
-    device memory for each window. Where that part lies moves a microsecond kernel: the FIB
-    025 RMSNorm with its tensors fixed and the flush buffer at 8 placements read medians
-    up to 2.1% apart (``benchmarks/placement_probe.py --flush-placements 8``, H200, session
-    10), and a single buffer gave every process (every evaluation) one of them. Rotating
-    averages each process over several. The CPU keeps one 64 MiB buffer."""
+    device memory for each window. Where that part lies moves a microsecond kernel by a
+    few percent (docs/PERFORMANCE.md), and a single buffer gave every process (every
+    evaluation) one placement. Rotating averages each process over several. The CPU keeps
+    one 64 MiB buffer."""
 
     def __init__(self, device: Any, windows: int = 0) -> None:
         import torch
@@ -299,8 +297,6 @@ def _run_cupti(loop: _Loop, warmup: int, extend: _Extend) -> str:
     """Run ``loop`` under CUPTI; the method name used. Marker-bracketed calls with one flush
     (``cupti``) where the markers can be told apart, else a flush per call
     (``cupti-per-call``, slower on the host; the reason is printed to the worker's log)."""
-    from kernelarc.guard.cupti import ActivitySpan, CallLog
-
     with contextlib.ExitStack() as stack:
         try:
             log = stack.enter_context(CallLog())
@@ -452,9 +448,8 @@ def pool_size(input_bytes: int, calls: int, device: Any, cap: int = 0) -> int:
     inputs of tens of GB): then one, moved to a new address before every call (pointers
     still never repeat, but a result cached by the inputs' content is not defeated, see
     docs/GUARD.md). A quarter on a GPU because the other worker shares it: at half, a
-    second 25.7 GB set of L2 025 was allowed beside the other worker's tens of GB (changed
-    with the fixes of that problem's out-of-memory failures on the H200; its own share in
-    them was not isolated). ``cap`` (when positive) is the most sets kept."""
+    second set of tens of GB was allowed beside the other worker's own. ``cap`` (when
+    positive) is the most sets kept."""
     import torch
 
     per = max(int(input_bytes), 1)

@@ -240,8 +240,7 @@ class ReferenceRole:
         # The same pool as for candidates, built and moved by the same rule (distinct input
         # sets, as many as fit, every tensor at pool_shift's offsets in an allocation of its
         # own), so a reference is not timed on hotter caches or other placements than the
-        # solutions it is compared with: its old pool (offset 0, never moved) read FIB 002's
-        # compiled kernel up to 4% faster on the H200 than a candidate's (session 24).
+        # solutions it is compared with (timing.pool_shift).
         calls = msg.warmup + msg.iterations
         t0 = time.monotonic()
         pool = timing_pool(
