@@ -1,7 +1,7 @@
 """A run with no solution says why (``orchestration/failures.py``): a real run, on the CPU,
-of the example problem whose reference fails on one workload, the way L2 025's did on an
-80 GB card. The run's stderr and its report name the workload, the status, the log's first
-line, and that the reference's own code failed there too."""
+of the example problem whose reference fails on one workload (as a reference can run out
+of GPU memory on its largest one). The run's stderr and its report name the workload, the
+status, the log's first line, and that the reference's own code failed there too."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Reading PyTorch's CUDA out-of-memory message (``orchestration/crowding.py``), on the CPU.
 
-The message below is the allocator's wording as an H100 printed it (L2 002's
-precision candidate beside the gemm-tables tuning). The judge's use of it, with a real guard,
+The message below is the allocator's wording as a CUDA GPU prints it (a candidate beside
+another process's tuning). The judge's use of it, with a real guard,
 is in ``test_judge_time_limit.py``.
 
 Not covered here: the device's free memory itself (read with ``torch.cuda.mem_get_info``,
@@ -49,8 +49,8 @@ def test_the_figures_are_read_and_the_neighbours_are_blamed() -> None:
 
 
 def test_a_reference_that_ran_out_beside_the_candidate_is_named_as_such() -> None:
-    """L2 025 on an H100: the reference worker ran out making its inputs
-    while the compiled candidate's worker held 49 GiB."""
+    """The reference worker ran out making its inputs while the compiled candidate's
+    worker held 49 GiB."""
     log = "the reference failed: InputGenerationError: ... raised OutOfMemoryError: " + own(
         "8.00 GiB", "24.80 GiB", free="5.20 GiB"
     )

@@ -2,10 +2,10 @@
 on proposals running at once, its shutdown; and, in a real subprocess, that a proposal which
 never returns does not keep a finished run's process alive.
 
-Before the executor's threads were daemons, a ``ThreadPoolExecutor`` joined them at
-interpreter exit: on the H200 (2026-12-05) a run that had ended at its time limit stayed
-alive for minutes while a GEMM tuning proposal finished. Not covered: the proposers' own
-clean-up of what they started (``test_gemm_tables.py`` covers the tuning subprocess).
+A ``ThreadPoolExecutor`` joins its threads at interpreter exit: a run that ended at its
+time limit would stay alive for minutes while a GEMM tuning proposal finished. Not
+covered: the proposers' own clean-up of what they started (``test_gemm_tables.py``
+covers the tuning subprocess).
 """
 
 from __future__ import annotations

@@ -305,8 +305,7 @@ def compose(
 
     # When every part returns its outputs and the key is read from inputs only, the composed
     # solution returns them too: a destination-passing dispatcher copies every output of
-    # every call. (On L1 017's smallest workload, H200, it made no measurable difference:
-    # 0.262 ms returning vs 0.259 ms copying, two sessions.)
+    # every call (on GPU kernels of a few hundred microseconds, no measurable difference).
     returning = not any(p.spec.destination_passing_style for p in parts) and all(
         loc[0] != "output" for loc in locators.values()
     )

@@ -33,7 +33,7 @@ class RunConfig(BaseModel):
     cupti: str = Field(default="auto", pattern="^(auto|on|off)$")
     """The guard's timer (``GuardConfig.cupti``): CUPTI kernel spans when available (auto),
     or CUDA events (off), e.g. for calls of thousands of kernels, where CUPTI adds about a
-    second per call (docs/PERFORMANCE.md, session 8)."""
+    second per call (docs/PERFORMANCE.md)."""
     memory: bool = True
     board: bool = True
     drafting: bool = True

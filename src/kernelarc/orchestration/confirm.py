@@ -3,13 +3,9 @@
 The search judges every candidate with the user's Triton and Inductor caches, so a speed
 that came from a run-time draw is measured once and then served from the cache. Inductor's
 ``max-autotune`` benchmarks its kernel configurations when a process first calls them and
-keeps the pick in its cache; on microsecond kernels the pick is close to random. FIB 002 on
-the H200 (session 16, ``benchmarks/repro_probe.py``, 6 smallest workloads): the solution the
-search chose (``max-autotune-no-cudagraphs``, 2.2-2.6 us per call in the search) read
-2.9-13.5 us in one new process and the same again in the next (the bad pick was cached),
-2.5-2.8 us and 2.8-8.3 us in two processes with empty caches; plain ``torch.compile`` read
-2.1-2.9 us in all of them. The benchmark's later baseline session measured the chosen
-solution at 0.88x of torch.compile.
+keeps the pick in its cache; on microsecond kernels the pick is close to random, so a
+solution the search measured fast can be several times slower in the user's process
+(measurements: docs/PERFORMANCE.md, ``benchmarks/repro_probe.py``).
 
 So before a run hands its solution over (``finish``), the chosen candidate is judged once more
 with the full protocol on every workload, in a new candidate worker whose Triton and Inductor
@@ -28,14 +24,13 @@ driver or library version); a solution that is slow only in a process that has a
 called it many times.
 
 Under a time limit the search keeps time for the first confirmation
-(``Orchestrator.reserve``, ``FRESH_SLOWER`` times the candidate's search judging time) only
+(``schedule.reserve``, ``FRESH_SLOWER`` times the candidate's search judging time) only
 when the board's best solution can draw at run time (:func:`draws_at_run_time`: it compiles
 or autotunes when first called); a solution that cannot gets the confirmation only when time
 is left after the search. With less time left than the candidate's judgement took, the
 confirmation is skipped with an event and the search's measurement is handed over. Why not
-always keep the time: L2 025 on the H200 (session 20), the reserve for the grouped rewrite
-(eager PyTorch, 99 s of judging) cut the full stage of TF32 on it (screened at 5.5x against
-1.7x), and the confirmation was then skipped anyway (89 s left).
+always keep the time: a reserve for a slow eager solution can cut the full stage of a
+better candidate built on it, for a confirmation that then may not fit anyway.
 """
 
 from __future__ import annotations
@@ -55,22 +50,18 @@ from kernelarc.store.base import CandidateRecord, EvaluationRecord
 CONFIRMER = "confirmation"
 GEOMEAN_SLOWER = 0.15
 """Largest slowdown of the geometric mean over workloads that still counts as reproduced:
-the same plain ``torch.compile`` solution read 2.23 and 2.59 us (geomean over 6 workloads of
-2-3 us) in two new processes on the H200; kernels of microseconds move that much."""
+the same solution of microsecond kernels reads this much apart in two new processes."""
 WORST_SLOWER = 1.5
 """Largest slowdown of any one workload that still counts as reproduced."""
 TRIES = 3
 """Candidates confirmed at most: the chosen one and two runners-up."""
 FRESH_SLOWER = 1.5
 """How many times the search's judging time of a candidate the time limit keeps for its
-confirmation (``Orchestrator.reserve``). A new worker with empty JIT caches compiles and
-loads again: 11 confirmations on H100s and the H200 (sessions 29 to 33, the reports in
-``benchmarks/results/2026-12-0*``) took 1.2-2.0x (median 1.6x) the time between the end of
-the judgement before the confirmed candidate's and the end of its own, an upper bound of
-that judgement. With 1x kept, 10 runs in those folders skipped their confirmation, five of
-them with 58-95% of the time it needed left (18 s for 20, 16 for 18, 20 for 21, 45 for 68,
-39 for 67), and Q 001's in session 32 was cut by the limit. A confirmation still starts
-whenever its candidate's search judging time fits what is left."""
+confirmation (``schedule.reserve``). A new worker with empty JIT caches compiles and loads
+again, so a confirmation takes longer than the search's judgement of the same candidate
+(measured: docs/PERFORMANCE.md); with 1x kept, most confirmations were skipped for lack of
+time. A confirmation still starts whenever its candidate's search judging time fits what
+is left."""
 
 DRAW_MARKERS = (*RUNTIME_COMPILE_MARKERS, "autotune")
 """Text in a Python source that makes its speed a run-time draw: Inductor's compiles (and

@@ -3,9 +3,9 @@
 A candidate runs on a GPU it shares with the guard's reference worker, the warm spare
 worker and whatever the agents run beside the search (the gemm-tables agent's TunableOp
 tuning subprocess). When one of those holds a large share of the device, a candidate that
-fits the device on its own can fail with "CUDA out of memory" (an H100, L2 002, session 29:
-a 16 GiB allocation failed while other processes held ~42 GiB). Caching that verdict
-would judge the neighbours, not the candidate.
+fits the device on its own can fail with "CUDA out of memory" (a 16 GiB allocation failing
+while other processes hold tens of GiB). Caching that verdict would judge the neighbours,
+not the candidate.
 
 PyTorch's caching allocator says in its message what the device held:
 ``Tried to allocate X. GPU 0 has a total capacity of T of which F is free. ... this process

@@ -5,8 +5,8 @@ can replace the local one without changing agents or the store.
 ``LocalExecutor`` runs proposals in threads: a proposal is mostly waiting (a model call, a
 compile), and agents are plain Python objects owned by this process. Its threads are daemon
 threads, so a proposal still running when the run ends does not hold the process open (a
-``ThreadPoolExecutor`` joins its threads at interpreter exit: a 300 s GEMM tuning asked for
-near the end once kept a finished run alive for minutes). Not covered: stopping such a
+``ThreadPoolExecutor`` joins its threads at interpreter exit: a long tuning asked for near
+the end would keep a finished run alive for minutes). Not covered: stopping such a
 proposal's own work; it is cut off where it stands when the process exits, so a proposer
 that starts a subprocess kills it itself at exit (``tunableop_worker.run_tuning``).
 """

@@ -2,8 +2,8 @@
 
 When nothing passes, the candidates' own lines ("screen failed (RUNTIME_ERROR on workload
 ...)") do not say what went wrong, and the cause is often one the user must fix outside the
-search: L2 025 on an 80 GB card (session 33), where all 13 candidates, the reference's own
-code among them, ran out of GPU memory on the same workload. :func:`common_failure` groups
+search, e.g. every candidate, the reference's own code among them, running out of GPU
+memory on the same workload. :func:`common_failure` groups
 the candidates by where each first failed (status and workload) and returns the largest
 group, with the first line of one failure's log and whether the reference's code failed
 there too (then no candidate can be verified on that workload on this machine).

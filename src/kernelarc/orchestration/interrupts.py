@@ -2,11 +2,11 @@
 
 Python raises ``KeyboardInterrupt`` wherever the main thread happens to be. Inside a write
 of the run's records that is harmful: pydantic's serializer turns it into a
-``PydanticSerializationError`` (the run then crashed instead of stopping cleanly, found by
-``tests/test_optimize_signals.py``), and a candidate could be recorded without its
-``candidate.json``. :class:`DeferredInterrupt` installs a SIGINT handler that raises
-``KeyboardInterrupt`` at once outside critical sections (a long judgement stays
-interruptible) and, inside one, when the outermost section ends normally. A section left by
+``PydanticSerializationError`` (the run crashes instead of stopping cleanly), and a
+candidate could be recorded without its ``candidate.json``. :class:`DeferredInterrupt`
+installs a SIGINT handler that raises ``KeyboardInterrupt`` at once outside critical
+sections (a long judgement stays interruptible) and, inside one, when the outermost section
+ends normally. A section left by
 an exception keeps the interrupt pending; :meth:`DeferredInterrupt.check` raises it at the
 next safe point.
 
@@ -16,7 +16,7 @@ what a signal may cut: the search, and each judgement at the run's end. A signal
 them waits for the next window, so the run always reaches its handover.
 
 SIGTERM (``timeout``, a batch scheduler's notice, ``kill``) is taken as a Ctrl-C: the
-search stops and the best judged so far is handed over, where it used to kill the run with
+search stops and the best judged so far is handed over, instead of the run dying with
 nothing handed over. Only the first stop signal interrupts; later ones are counted and
 ignored while the run stops (SIGKILL still ends it at once; ``--resume`` continues it). Not
 covered: SIGKILL and other signals (the store's SQLite

@@ -99,11 +99,9 @@ def full_cost_estimate(
     long as a screened one. Not scaled up by the full protocol's larger rounds and call
     counts: a screening also pays each shape's first-call costs (cuBLAS heuristics, a
     candidate's own warm-up, the reference's first computations), which the full stage does
-    not pay again. On the H200 (Q 001, 3 of 16 workloads screened) screenings of 5.7-11.6 s
-    were followed by full evaluations of 17.5-44.5 s, where the rounds' ratio (10/3) put them
-    at 101-206 s; L2 002: a 14.7 s screening (3 of 18), a full evaluation of 86.7 s, this
-    estimate 88 s. A candidate that compiles at run time screens mostly compiling, in its
-    correctness phase: ``once_s`` is the part of the screening counted once, not per
+    not pay again (scaling by the rounds' ratio overestimates several times over:
+    docs/PERFORMANCE.md). A candidate that compiles at run time screens mostly compiling, in
+    its correctness phase: ``once_s`` is the part of the screening counted once, not per
     workload (:func:`compile_once_s`)."""
     once = min(max(once_s, 0.0), screen_s)
     return once + (screen_s - once) * n_workloads / max(n_screened, 1)
@@ -112,12 +110,9 @@ def full_cost_estimate(
 def compile_once_s(solution: Solution, phases_s: dict[str, float]) -> float:
     """The part of a screening :func:`full_cost_estimate` counts once: for a solution that
     compiles at run time, its correctness phase (the first calls of each screened shape,
-    where it compiles), else nothing. On the H200 and an H100 (sessions 23, 24, 26: 47
-    compiled candidates screened on 3 workloads, then judged in full on 14-43;
-    ``benchmarks/estimate_check.py``), this put the full stage at 0.65-5.4x of what it took
-    (median 1.25x); scaling the whole screening, at 1.85-27x (median 4.7x): after the first
-    shapes, compiling the others in the same worker costs a few seconds each, not a
-    screening's worth."""
+    where it compiles), else nothing: after the first shapes, compiling the others in the
+    same worker costs a few seconds each, not a screening's worth (the estimate's accuracy
+    on GPUs: docs/PERFORMANCE.md)."""
     return float(phases_s.get("correctness", 0.0)) if solution.compiles_at_run_time() else 0.0
 
 
@@ -232,7 +227,8 @@ class Judge:
         self.retime_full = guard.device == "cpu"
         """Whether full stages time the reference again too (screenings always do). On the
         CPU, yes: timings there drift within a run (docs/GUARD.md) and re-timing is cheap; on
-        a GPU the cached timing stands (a re-timing costs ~30 s on Quant 001's workloads)."""
+        a GPU the cached timing stands (a re-timing costs tens of seconds on large
+        workloads)."""
         cuda = guard.device.startswith("cuda")
         self.free_bytes = free_bytes or (device_free_bytes(guard.device) if cuda else None)
         """The device's free memory, read here: the wait after a crowded-out failure."""
@@ -388,10 +384,8 @@ class Judge:
         """A reference point's full stage, by :func:`full_cost_estimate` from its screening
         (``once_s`` of it counted once), fits in :data:`REFERENCE_POINT_SHARE` of the time
         left (always, without a limit): it is judged for the report, not to win, so it must
-        not crowd out the search. (On an H100, L1 017's torch.compile baseline screened in
-        10.8 s, 10.0 s of it correctness, at t = 103 s of 240: scaled whole, 57.6 s, over
-        half the time left less the reserve, so it was not judged in full; with the
-        correctness counted once, 14.4 s.)"""
+        not crowd out the search. A compiled baseline's compile time is counted once
+        (``once_s``), not once per workload."""
         if self.time_left is None:
             return True
         est = full_cost_estimate(screen_s, len(self.all), len(self.screen_set), once_s)
