@@ -150,7 +150,7 @@ Request = (
     | ShutdownRequest
 )
 
-_REQUESTS: dict[str, type[Message]] = {
+_REQUESTS: dict[str, type[Request]] = {
     "run": RunRequest,
     "compare": CompareRequest,
     "time": TimeRequest,
@@ -161,12 +161,12 @@ _REQUESTS: dict[str, type[Message]] = {
 }
 
 
-def read_request(role: str, raw: dict[str, Any]) -> Message:
+def read_request(role: str, raw: dict[str, Any]) -> Request:
     """The request ``raw`` as its model (``setup`` depends on the worker's ``role``);
     ``ValueError`` for an unknown op or fields that do not fit."""
     op = raw.get("op")
     if op == "setup":
-        model: type[Message] = ReferenceSetup if role == "reference" else CandidateSetup
+        model: type[Request] = ReferenceSetup if role == "reference" else CandidateSetup
     elif isinstance(op, str) and op in _REQUESTS:
         model = _REQUESTS[op]
     else:

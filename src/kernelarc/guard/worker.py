@@ -54,6 +54,7 @@ from kernelarc.guard.messages import (
     ReferenceSetup,
     ReferenceTimed,
     RunRequest,
+    ShutdownRequest,
     TimeRequest,
     read_request,
 )
@@ -297,12 +298,12 @@ def serve(role: str, channel: Channel, warmed: Any = None) -> None:
             raw = channel.recv()
         except ChannelClosed:
             return
-        if raw.get("op") == "shutdown":
-            channel.send(Done(ok=True).wire())
-            return
         reply: Message
         try:
             msg = read_request(role, raw)
+            if isinstance(msg, ShutdownRequest):
+                channel.send(Done(ok=True).wire())
+                return
             if isinstance(msg, ReferenceSetup):
                 handler = ReferenceRole(msg)
                 reply = ReferenceReady(ok=True, environment=environment_info(handler.device))
@@ -314,7 +315,7 @@ def serve(role: str, channel: Channel, warmed: Any = None) -> None:
             elif handler is None:
                 reply = ErrorReply(error="check-error", message="request before setup")
             else:
-                reply = getattr(handler, str(raw["op"]))(msg)
+                reply = getattr(handler, msg.op)(msg)
                 if collect is not None:
                     collect()
                 release_cached(handler.device)
