@@ -24,7 +24,6 @@ from kernelarc.roofline.score import SolUnavailableError
 from kernelarc.store.base import StoreError
 from kernelarc.store.sqlite import SQLiteStore
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "src" / "kernelarc" / "examples" / "rmsnorm_h512"
 MESSAGE = "the run directory is damaged: start a new run"
 runner = CliRunner()
 
@@ -40,7 +39,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "sol": ("kernelarc.cli.sol_cmd.load_problem", []),
     "optimize": ("kernelarc.cli.optimize_cmd.load_problem", []),
     "status": ("kernelarc.cli.optimize_cmd.SQLiteStore", []),
-    "report": ("kernelarc.report.write_report", []),
+    "report": ("kernelarc.cli.report_cmd.write_report", []),
     "agents": ("kernelarc.cli.agents_cmd.describe", []),
     "check-problems": ("kernelarc.cli.check_cmd.find_problems", []),
 }
@@ -65,7 +64,7 @@ def test_a_kernelarc_error_is_one_line_and_exit_code_2(
 
 
 def test_a_store_error_during_a_run_is_reported_not_raised(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    example: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     SQLiteStore(tmp_path / "store.sqlite").close()
 
@@ -73,15 +72,15 @@ def test_a_store_error_during_a_run_is_reported_not_raised(
         raise StoreError(f"{self.path}: reading the store failed (disk I/O error)")
 
     monkeypatch.setattr(SQLiteStore, "open_run", damaged)
-    args = ["optimize", str(EXAMPLE), "--run-dir", str(tmp_path), "--resume", "--device", "cpu"]
+    args = ["optimize", str(example), "--run-dir", str(tmp_path), "--resume", "--device", "cpu"]
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: ") and "disk I/O error" in result.stderr
     assert not isinstance(result.exception, StoreError)
 
 
-def test_sol_names_an_unknown_device_as_an_error(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["sol", str(EXAMPLE), "--device", "a100"])
+def test_sol_names_an_unknown_device_as_an_error(example: Path) -> None:
+    result = runner.invoke(app, ["sol", str(example), "--device", "a100"])
     assert result.exit_code == 2
     assert result.stderr.startswith("error: ") and "a100" in result.stderr
 

@@ -231,9 +231,7 @@ def _fp8_scales(device: str, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
     "device",
     [
         "cpu",
-        pytest.param(
-            "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")
-        ),
+        pytest.param("cuda", marks=pytest.mark.gpu),
     ],
 )
 @pytest.mark.parametrize("kind", [emu.TENSORWISE, emu.ROWWISE])
@@ -271,11 +269,10 @@ def test_fp8_scaled_mm_agrees_with_the_native_op(device: str, kind: str) -> None
     torch.testing.assert_close(g16.float(), n16.float(), rtol=2**-7, atol=1e-3)
 
 
-@pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability() < (10, 0),
-    reason="native NVFP4 needs a CUDA device of compute capability 10.0+",
-)
+@pytest.mark.gpu
 def test_nvfp4_agrees_with_the_native_op_where_there_is_one() -> None:
+    if torch.cuda.get_device_capability() < (10, 0):
+        pytest.skip("native NVFP4 needs a CUDA device of compute capability 10.0+")
     gen = torch.Generator().manual_seed(9)
     a = torch.randint(0, 256, (128, 64), dtype=torch.uint8, generator=gen).view(FP4).cuda()
     w = torch.randint(0, 256, (64, 64), dtype=torch.uint8, generator=gen).view(FP4).cuda()

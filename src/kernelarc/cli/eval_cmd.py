@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelarc.guard.config import GuardConfig
+from kernelarc.guard.evaluator import Guard
 from kernelarc.guard.footprint import device_warnings
 from kernelarc.maths import geomean
 from kernelarc.problem.loader import load_problem, load_solution
@@ -135,8 +136,6 @@ def _run(
     baseline: str,
     err: Console,
 ) -> int:
-    from kernelarc.guard.evaluator import Guard  # the guard's checks import torch
-
     problem = load_problem(problem_dir)
     sol = load_solution(solution_path)
     if sol.definition != problem.definition.name:

@@ -2,8 +2,8 @@
 here through :func:`user_errors`: a :class:`~kernelarc.errors.KernelArcError` from any
 command is printed as one ``error: ...`` line on stderr with exit code 2, never a traceback.
 
-Importing this module must not import torch (``kernelarc --help`` stays fast): command
-modules import the guard, the orchestration and the report inside their functions.
+Importing this module must not import torch, so that ``kernelarc --help`` stays fast: the
+package imports torch, triton and matplotlib only inside the functions that use them.
 """
 
 from __future__ import annotations

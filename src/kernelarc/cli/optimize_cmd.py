@@ -16,13 +16,17 @@ from rich.table import Table
 
 from kernelarc.errors import KernelArcError
 from kernelarc.guard.config import GuardConfig
+from kernelarc.guard.evaluator import Guard
 from kernelarc.guard.footprint import device_warnings
 from kernelarc.orchestration.config import RunConfig, StageConfig
+from kernelarc.orchestration.finish import run_status
+from kernelarc.orchestration.orchestrator import Orchestrator
 from kernelarc.orchestration.rundir import RunDir
 from kernelarc.problem.loader import Problem, load_problem, load_solution
 from kernelarc.problem.schema import Solution
 from kernelarc.proposers.registry import DEFAULT_AGENTS, make_agents
 from kernelarc.proposers.seed import SeedAgent
+from kernelarc.report import write_report
 from kernelarc.roofline.bounds import workload_bounds
 from kernelarc.store.sqlite import SQLiteStore
 
@@ -205,10 +209,6 @@ def _optimize(
     workloads: list[str] | None = None,
     cupti: str = "auto",
 ) -> dict[str, Any]:
-    # The guard and the orchestrator built on it import torch: loaded for a run only.
-    from kernelarc.guard.evaluator import Guard
-    from kernelarc.orchestration.orchestrator import Orchestrator
-
     problem = load_problem(problem_dir)
     chosen = [w.uuid for w in problem.select(workloads)] if workloads else None
     seeds = _load_seeds(seed_solutions or [], problem.definition.name)
@@ -306,7 +306,6 @@ def _optimize(
 
 def _report(run_dir: Path, err: Console) -> None:
     """Write the run's report; a failure is said, and the run's own result stands."""
-    from kernelarc.report import write_report  # reads the run through orchestration: torch
 
     try:
         written = write_report(run_dir)
@@ -454,8 +453,6 @@ def status_command(
     json_out: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
 ) -> None:
     """Budget, agents, incumbents, conclusions and the best solution of a run."""
-    from kernelarc.orchestration.finish import run_status  # the orchestration imports torch
-
     path = run_dir / "store.sqlite"
     if not path.exists():
         raise KernelArcError(f"{run_dir} is not a run directory (no store.sqlite)")

@@ -9,6 +9,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from kernelarc.report import write_report
+
 
 def report_command(
     run_dir: Annotated[Path, typer.Argument(help="a run directory of `kernelarc optimize`")],
@@ -19,8 +21,6 @@ def report_command(
 ) -> None:
     """Write a run's report: the solution and its per-workload results, every judged
     candidate in order, the lessons learned, and the trajectory as a picture beside it."""
-    from kernelarc.report import write_report  # reads the run through orchestration: torch
-
     written = write_report(run_dir, output)
     err = Console(stderr=True, soft_wrap=True)
     if written.note:
