@@ -109,9 +109,9 @@ def test_a_run_without_a_solution_says_so(run: Search) -> None:
 def test_an_unfinished_run_is_not_called_a_run_without_a_solution(
     run: Search, stopped: str | None
 ) -> None:
-    """A run killed after candidates passed (on the H200, 2026-12-05, a benchmark's own
-    timeout killed one while it confirmed its choice) has no solution yet, but it is not
-    a run where none passed: the report says so and names the best judged so far."""
+    """A run killed after candidates passed (for instance while it confirmed its choice)
+    has no solution yet, but it is not a run where none passed: the report says so and
+    names the best judged so far."""
     data = _read(run)
     unfinished = data.model_copy(
         update={"summary": {**data.summary, "best": None, "stopped": stopped}, "notable": []}

@@ -32,11 +32,10 @@ accumulates block products on tensor cores in its own order, so results may diff
 float32 ulps of the accumulator before the final rounding (occasionally one bf16 ulp of the
 output). Exception: Ada/Hopper FP8 tensor cores accumulate in a truncating register of about
 13 mantissa bits before cuBLAS promotes the partial sums to float32, so there the native FP8
-result is the less exact one (on the H200, 2026-12-01: up to 1.4e-4 of the sum of |products|
-at K=96, ``benchmarks/fp8_emulation_check.py``; ``tests/test_emulation.py`` bounds it by
-2^-9). Per-tensor/row-wise FP8 scales are applied to the float32 accumulator as
-``acc * (scale_a * scale_b)`` the way cuBLAS applies its alpha; torch's CPU kernel may scale
-the operands first instead, which also differs only in float32 rounding.
+result is the less exact one (``tests/problem/test_emulation.py`` bounds the difference by
+2^-9 of the sum of |products|). Per-tensor/row-wise FP8 scales are applied to the float32
+accumulator as ``acc * (scale_a * scale_b)`` the way cuBLAS applies its alpha; torch's CPU
+kernel may scale the operands first instead, which also differs only in float32 rounding.
 
 Only references get this: :func:`install` is called by the guard's reference worker
 (``ReferenceRole``); candidate processes never have it, so a candidate must bring its own
