@@ -209,6 +209,6 @@ def _print(
     for r in rows:
         if r["reason"]:
             console.print(Text(f"#{r['index']}: {r['reason']}", style="yellow"))
-        approx = [n for n in r["notes"] if "placeholder" in n or "synthetic" in n]
+        approx = [n for n in r["notes"] if "placeholder" in n]
         if r["method"] not in (None, "meta") and approx:
             console.print(Text(f"#{r['index']} counted on {r['method']}: {approx[0]}", style="dim"))
