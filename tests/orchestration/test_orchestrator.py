@@ -17,7 +17,8 @@ after SIGKILL in a real subprocess (before and after a candidate is judged; both
 once), one real ``kernelarc optimize`` with the built-in agents (started with the module's
 first test, beside the in-process searches). Budget accounting and the judging order are
 in test_orchestrator_schedule.py; the composition, the reference fallback and ``kernelarc
-status --json`` in test_orchestrator_finish.py.
+status --json`` in test_orchestrator_finish.py; the loop's logic on a fake guard, without
+worker processes, in test_loop_fast.py.
 
 Not covered: CUDA, a search cut by its time limit (the judge's part:
 test_judge_time_limit.py), Ctrl-C, agents
