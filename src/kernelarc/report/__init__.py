@@ -15,7 +15,6 @@ from kernelarc.orchestration.rundir import write_atomic
 from kernelarc.report.markdown import render
 from kernelarc.report.plot import PlotUnavailable, draw
 from kernelarc.report.trajectory import read_run
-from kernelarc.store.base import StoreError
 from kernelarc.store.sqlite import SQLiteStore
 
 REPORT = "report.md"
@@ -32,14 +31,12 @@ class Written:
 
 def write_report(run_dir: Path, out: Path | None = None) -> Written:
     """Write the report of the run in ``run_dir`` to ``out`` (default ``RUN_DIR/report.md``)
-    and its picture beside it. Raises ``KernelArcError`` when ``run_dir`` holds no run."""
+    and its picture beside it. Raises ``KernelArcError`` when ``run_dir`` holds no run
+    (``StoreError`` when its store does not read)."""
     path = run_dir / "store.sqlite"
     if not path.exists():
         raise KernelArcError(f"{run_dir} is not a run directory (no store.sqlite)")
-    try:
-        store = SQLiteStore(path, readonly=True)
-    except StoreError as e:
-        raise KernelArcError(str(e)) from None
+    store = SQLiteStore(path, readonly=True)
     try:
         data = read_run(store, run_dir)
     finally:
