@@ -94,7 +94,7 @@ def _interpreted(n: int) -> list[str]:
         "import json, sys; sys.path.insert(0, sys.argv[1]); import test_compare_fused as t; "
         f"print(json.dumps(t.all_differences({n}, 'cpu')))"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(ROOT / "tests")], env=env,
+    done = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)], env=env,
                           capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -123,14 +123,15 @@ def test_when_two_calls_outputs_crowd_the_device_the_last_alone_is_judged(
     outputs before the reference is timed. A legitimate solution passes either way; the
     cheat that replays its last answer is still caught on its last timed call."""
     from kernelarc.guard import isolation
+    from kernelarc.guard.messages import Request
 
     monkeypatch.setattr(Guard, "device_memory", memory)
     sent: list[tuple[str, dict]] = []
     request = isolation.WorkerProcess.request
 
-    def spy(self: isolation.WorkerProcess, msg: dict, timeout: float) -> dict:
+    def spy(self: isolation.WorkerProcess, msg: Request, timeout: float) -> dict:
         reply = request(self, msg, timeout)
-        sent.append((str(msg.get("op")), {"msg": msg, "reply": reply}))
+        sent.append((msg.op, {"msg": msg, "reply": reply, "role": self.role}))
         return reply
 
     monkeypatch.setattr(isolation.WorkerProcess, "request", spy)
@@ -142,12 +143,12 @@ def test_when_two_calls_outputs_crowd_the_device_the_last_alone_is_judged(
     crowded = memory is not None
     with Guard(problem, cfg) as guard:
         ok = guard.evaluate(legit, workloads=wl).traces[0].evaluation
-        timed = [x for op, x in sent if op == "time" and "one_sample" in x["msg"]]
+        timed = [x for op, x in sent if op == "time" and x["role"] == "candidate"]
         releases = [op for op, _ in sent if op == "release"]
         sent.clear()
         bad = guard.evaluate(cheat, workloads=wl).traces[0].evaluation
     assert ok is not None and ok.status.value == "PASSED", ok and ok.log
-    assert len(timed) == 1 and timed[0]["msg"]["one_sample"] is crowded
+    assert len(timed) == 1 and timed[0]["msg"].one_sample is crowded
     assert timed[0]["reply"]["one_sample"] is crowded
     assert len(timed[0]["reply"]["sampled"]) == (1 if crowded else 2)
     assert releases == (["release"] if crowded else [])
