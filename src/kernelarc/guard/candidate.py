@@ -179,7 +179,7 @@ class CandidateRole:
         )
 
     # ------------------------------------------------------------------ helpers
-    def _generate(self, workload: Workload, seed: int) -> list[Any]:
+    def generate(self, workload: Workload, seed: int) -> list[Any]:
         gen = generate_inputs(
             self.definition,
             workload,
@@ -190,7 +190,7 @@ class CandidateRole:
         )
         return list(gen.values.values())
 
-    def _alloc_outputs(self, workload: Workload) -> list[Any]:
+    def alloc_outputs(self, workload: Workload) -> list[Any]:
         import torch
 
         env = resolve_axes(self.definition, workload)
@@ -205,7 +205,7 @@ class CandidateRole:
             outs.append(t)
         return outs
 
-    def _call(self, inputs: list[Any], outputs: list[Any]) -> tuple[Any, ...]:
+    def call(self, inputs: list[Any], outputs: list[Any]) -> tuple[Any, ...]:
         return self._results(self.fn(*self._args(inputs, outputs)), outputs)
 
     def _args(self, inputs: list[Any], outputs: list[Any]) -> list[Any]:
@@ -270,8 +270,8 @@ class CandidateRole:
         self._exporter.release()  # the reference worker has copied what it needed
         marks = [time.monotonic()]  # where the round's time goes (diagnostics: ROUND_PARTS)
         with self.sentinel.harness():
-            inputs = self._generate(wl, seed)
-            outputs = self._alloc_outputs(wl) if self.dps else []
+            inputs = self.generate(wl, seed)
+            outputs = self.alloc_outputs(wl) if self.dps else []
             reuse = self._timed.pop(wl.uuid, None) if msg.reuse_timed else None
             if reuse is not None:
                 # Fresh values at the very addresses the last timed call used: a result
@@ -297,7 +297,7 @@ class CandidateRole:
                 torch.cuda.synchronize(self.device)
             marks.append(time.monotonic())
         try:
-            outs = self._call(inputs, outputs)
+            outs = self.call(inputs, outputs)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             marks.append(time.monotonic())
@@ -347,14 +347,14 @@ class CandidateRole:
         self._timed.clear()  # a re-check not asked for: its buffers go
         with self.sentinel.harness():
             pool = timing_pool(
-                lambda seed: self._generate(wl, seed),
+                lambda seed: self.generate(wl, seed),
                 msg.seeds,
                 calls,
                 self.device,
                 cap=msg.pool_sets,
             )
             seeds = msg.seeds[: len(pool)]
-            outs = [placed(self._alloc_outputs(wl)) if self.dps else [] for _ in pool]
+            outs = [placed(self.alloc_outputs(wl)) if self.dps else [] for _ in pool]
             release_cached(self.device)
         # Outputs kept for the judge: the middle timed call's and the latest call's (the
         # latest alone when the request says ``one_sample``: footprint.one_timed_call). Any

@@ -198,10 +198,10 @@ def compile_pass(role: Any, msg: WarmRequest) -> Warmed:
                 break
             called.append(wl.uuid)
             with sentinel.harness():
-                inputs = role._generate(wl, seed)
-                outputs = role._alloc_outputs(wl) if role.dps else []
+                inputs = role.generate(wl, seed)
+                outputs = role.alloc_outputs(wl) if role.dps else []
             try:
-                role._call(inputs, outputs)
+                role.call(inputs, outputs)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
             except Exception as e:  # judged in its first correctness round
