@@ -38,7 +38,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "problems": ("kernelarc.cli.problems_cmd.find_problems", []),
     "sol": ("kernelarc.cli.sol_cmd.load_problem", []),
     "optimize": ("kernelarc.cli.optimize_cmd.load_problem", []),
-    "status": ("kernelarc.cli.optimize_cmd.SQLiteStore", []),
+    "status": ("kernelarc.cli.status_cmd.SQLiteStore", []),
     "report": ("kernelarc.cli.report_cmd.write_report", []),
     "agents": ("kernelarc.cli.agents_cmd.describe", []),
     "check-problems": ("kernelarc.cli.check_cmd.find_problems", []),

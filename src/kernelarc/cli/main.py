@@ -24,6 +24,7 @@ from kernelarc.cli import (
     problems_cmd,
     report_cmd,
     sol_cmd,
+    status_cmd,
 )
 from kernelarc.errors import KernelArcError
 
@@ -61,7 +62,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "problems": problems_cmd.problems_command,
     "sol": sol_cmd.sol_command,
     "optimize": optimize_cmd.optimize_command,
-    "status": optimize_cmd.status_command,
+    "status": status_cmd.status_command,
     "report": report_cmd.report_command,
     "agents": agents_cmd.agents_command,
     "check-problems": check_cmd.check_problems_command,
