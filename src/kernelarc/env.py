@@ -11,6 +11,8 @@ from pathlib import Path
 
 CACHE_DIR_VAR = "KERNELARC_CACHE_DIR"
 SHARED_PROBLEMS_VAR = "KERNELARC_PROBLEMS"
+PROG_VAR = "KERNELARC_PROG"
+DEFAULT_PROG = "kernelarc"
 
 #: Patterns of parent environment variables a candidate must never see.
 SECRET_PATTERNS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
@@ -55,6 +57,17 @@ def shared_problems() -> Path | None:
     """Optional root of a SOL-ExecBench problem tree (used by tests and benchmarks)."""
     raw = os.environ.get(SHARED_PROBLEMS_VAR)
     return Path(raw).expanduser() if raw else None
+
+
+def prog() -> str:
+    """How the user runs the CLI, for messages that name a command (``./ka`` sets
+    ``KERNELARC_PROG``); ``kernelarc`` when unset."""
+    raw = os.environ.get(PROG_VAR)
+    if raw is None:
+        return DEFAULT_PROG
+    if not raw.strip():
+        raise ValueError(f"{PROG_VAR} is set but empty: unset it or give the command's name")
+    return raw.strip()
 
 
 def is_secret(name: str) -> bool:

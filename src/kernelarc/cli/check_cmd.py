@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kernelarc.cli.console import console
 from kernelarc.errors import KernelArcError
 from kernelarc.guard.config import resolve_device
 from kernelarc.guard.survey import (
@@ -74,8 +74,8 @@ def _print_table(results: list[ProblemCheck]) -> None:
             status,
             Text(reason),
         )
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(table)
+    out = console()
+    out.print(table)
     summary = Table(title="Summary by subset")
     cats = [
         c for c in CATEGORY_LABELS if any(c in row for row in summary_by_subset(results).values())
@@ -85,7 +85,7 @@ def _print_table(results: list[ProblemCheck]) -> None:
     for subset, row in summary_by_subset(results).items():
         cells = [subset, row["problems"], row["ok"], row["failed"], *[row.get(c, 0) for c in cats]]
         summary.add_row(*[str(c) for c in cells])
-    console.print(summary)
+    out.print(summary)
 
 
 def _summary_line(results: list[ProblemCheck]) -> str:

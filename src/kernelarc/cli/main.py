@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from kernelarc.cli import (
@@ -26,6 +25,7 @@ from kernelarc.cli import (
     sol_cmd,
     status_cmd,
 )
+from kernelarc.cli.console import console
 from kernelarc.errors import KernelArcError
 
 USAGE_ERROR = 2
@@ -44,7 +44,7 @@ def user_errors(command: Callable[P, R]) -> Callable[P, R]:
         try:
             return command(*args, **kwargs)
         except KernelArcError as e:
-            Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(str(e))}")
+            console(stderr=True).print(f"[red]error:[/] {escape(str(e))}")
             raise typer.Exit(USAGE_ERROR) from None
 
     return run

@@ -1,4 +1,10 @@
-"""``kernelarc optimize`` (run a search) and ``kernelarc status`` (report on a run)."""
+"""``kernelarc optimize``: run a search, or continue one with ``--resume``.
+
+Every option is checked before the run directory is created, so a rejected command leaves
+nothing behind. A resumed run keeps its own configuration: an option given again must have
+the run's value (a different one is refused, naming it), and a finished run is not judged
+again: its status is printed.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +15,20 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from click.core import ParameterSource
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from kernelarc.cli.console import console
 from kernelarc.cli.status_cmd import print_status
+from kernelarc.env import prog
 from kernelarc.errors import KernelArcError
-from kernelarc.guard.config import GuardConfig
+from kernelarc.guard.config import GuardConfig, resolve_device
 from kernelarc.guard.evaluator import Guard
 from kernelarc.guard.footprint import device_warnings
 from kernelarc.orchestration.config import RunConfig, StageConfig
+from kernelarc.orchestration.finish import run_status
 from kernelarc.orchestration.orchestrator import Orchestrator
 from kernelarc.orchestration.rundir import RunDir
 from kernelarc.problem.loader import Problem, load_problem, load_solution
@@ -56,7 +66,64 @@ _SHOWN = {
 }
 
 
+FIXED_ON_RESUME: dict[str, str] = {
+    "agents": "agents",
+    "budget": "budget",
+    "budget_per_agent": "budget_per_agent",
+    "time_limit": "time_limit_s",
+    "device": "device",
+    "seed": "seed",
+    "no_memory": "memory",
+    "no_board": "board",
+    "no_drafting": "drafting",
+    "independent": "independent",
+    "patience": "patience",
+    "memory": "memory_file",
+    "timeout": "timeout_s",
+    "compile_workers": "compile_workers",
+    "cupti": "cupti",
+    "full_iterations": "full",
+    "full_warmup": "full",
+    "no_reference_fallback": "reference_fallback",
+    "no_confirm": "confirm",
+}
+"""Options (parameter name -> RunConfig field) a resumed run takes from its store: given
+again, they must have the run's value."""
+
+_FIELD_OPTIONS = {field: param for param, field in FIXED_ON_RESUME.items() if field != "full"}
+_FIELD_OPTIONS |= {"full.iterations": "full_iterations", "full.warmup": "full_warmup"}
+_FIELD_OPTIONS |= {"iterations": "full_iterations", "warmup": "full_warmup"}  # StageConfig
+_BOUNDS = {"ge": "at least", "gt": "greater than", "le": "at most", "lt": "less than"}
+
+
+def _option_errors(error: ValidationError) -> str:
+    """One line naming each rejected option, its allowed range and the value given."""
+    parts = []
+    for e in error.errors():
+        if not e["loc"]:  # a rule across options, e.g. a repeated agent name
+            parts.append(str(e["msg"]).removeprefix("Value error, "))
+            continue
+        field = ".".join(str(p) for p in e["loc"])
+        param = _FIELD_OPTIONS.get(field, field)
+        bound = next(
+            (f"{_BOUNDS[k]} {v}" for k, v in (e.get("ctx") or {}).items() if k in _BOUNDS), None
+        )
+        if param == "agents" and e["type"] == "too_short":
+            rule = "name at least one agent"
+        elif param == "cupti":
+            rule = "be auto, on or off"
+        else:
+            rule = f"be {bound}" if bound else e["msg"].lower()
+        parts.append(f"--{param.replace('_', '-')} must {rule} (got {e.get('input')!r})")
+    return "; ".join(parts)
+
+
+FINISHED_REASONS = ("budget spent", "every agent is done")
+"""Why a search stopped for good: resuming it would find nothing left to judge."""
+
+
 def optimize_command(
+    ctx: typer.Context,
     problem_dir: Annotated[Path, typer.Argument(help="problem directory")],
     agents: Annotated[
         str, typer.Option(help="comma-separated agent names (see `kernelarc agents`)")
@@ -95,7 +162,6 @@ def optimize_command(
         typer.Option(
             help="compile torch.compile candidates with this many Inductor workers in a "
             "pass before judging (needs a PID namespace; 0: one thread, in the first calls)",
-            min=0,
         ),
     ] = 0,
     cupti: Annotated[
@@ -146,7 +212,13 @@ def optimize_command(
 ) -> None:
     """Search for a faster, verified solution of PROBLEM_DIR with several agents under a
     fixed candidate budget. Writes the run directory (store, traces, best/solution.json)."""
-    err = Console(stderr=True, soft_wrap=True)
+    err = console(stderr=True)
+    given = {
+        name
+        for name in ctx.params
+        if ctx.get_parameter_source(name)
+        in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    }
     summary = _optimize(
         problem_dir,
         agents,
@@ -173,11 +245,12 @@ def optimize_command(
         confirm=not no_confirm,
         workloads=workloads or [],
         cupti=cupti,
+        given=given,
     )
     if json_out:
         typer.echo(json.dumps(summary, indent=2))
     else:
-        print_status(summary, Console())
+        print_status(summary, console())
     raise typer.Exit(0 if summary.get("best") else 1)
 
 
@@ -207,6 +280,7 @@ def _optimize(
     confirm: bool = True,
     workloads: list[str] | None = None,
     cupti: str = "auto",
+    given: set[str] | None = None,
 ) -> dict[str, Any]:
     problem = load_problem(problem_dir)
     chosen = [w.uuid for w in problem.select(workloads)] if workloads else None
@@ -249,12 +323,25 @@ def _optimize(
             workloads=chosen,
         )
     except ValidationError as e:
-        raise KernelArcError(f"bad options: {e}") from None
+        raise KernelArcError(_option_errors(e)) from None
+    if not resume:  # checked before the run directory exists: a refusal leaves nothing
+        _seed_config(config, bool(seeds), resume)
+        make_agents([n for n in config.agents if n != SEED_AGENT])
+        resolve_device(config.device)
     run_dir.mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(store_path)
     try:
         if resume:  # a resumed run keeps its own configuration
+            asked = config
             config = RunConfig.model_validate(store.open_run(config.model_dump(mode="json")))
+            _refuse_changes(asked, config, given or set())
+            finished = _finished(store)
+            if finished is not None:
+                err.print(
+                    f"{escape(str(run_dir))} is finished ({finished}): nothing is judged "
+                    "again; its status follows"
+                )
+                return run_status(store, run_dir)
             err.print(
                 f"resuming {run_dir} (budget {config.budget}, agents {','.join(config.agents)})"
             )
@@ -294,7 +381,7 @@ def _optimize(
                 store,
                 guard,
                 bounds,
-                on_event=lambda k, p: _progress(k, p, err),
+                on_event=Progress(err),
             )
             summary = orch.run()
     finally:
@@ -311,12 +398,46 @@ def _report(run_dir: Path, err: Console) -> None:
     except Exception as e:  # the run is recorded; only its report is missing
         err.print(
             f"[red]report not written[/] ({type(e).__name__}: {escape(str(e))}); "
-            f"try `kernelarc report {escape(str(run_dir))}`"
+            f"try `{escape(prog())} report {escape(str(run_dir))}`"
         )
         return
     err.print(f"report: {escape(str(written.report))}")
     if written.note:
         err.print(f"[yellow]{escape(written.note)}[/]")
+
+
+def _refuse_changes(asked: RunConfig, run: RunConfig, given: set[str]) -> None:
+    """A KernelArcError naming every option of :data:`FIXED_ON_RESUME` given on the command
+    line with a value other than the resumed run's (``asked``: the command line's)."""
+    changed = []
+    for param, field in FIXED_ON_RESUME.items():
+        if param not in given:
+            continue
+        mine, theirs = getattr(asked, field), getattr(run, field)
+        if field == "agents":
+            theirs = [n for n in theirs if n != SEED_AGENT]
+        if mine != theirs:
+            shown = ",".join(theirs) if field == "agents" else theirs
+            if field == "full":
+                shown = getattr(run.full, param.removeprefix("full_"))
+            changed.append(f"--{param.replace('_', '-')} (this run's: {shown})")
+    if changed:
+        raise KernelArcError(
+            f"--resume continues a run with its own options; {', '.join(changed)} cannot "
+            "change: drop the option, or start a new run with another --run-dir"
+        )
+
+
+def _finished(store: SQLiteStore) -> str | None:
+    """Why the run in ``store`` is over (its search stopped for good and its end handed
+    over a result), or None when resuming it has something left to do."""
+    stops = store.events("search_stopped")
+    if not stops or stops[-1].payload.get("reason") not in FINISHED_REASONS:
+        return None
+    ends = [e for kind in ("best", "no_solution") for e in store.events(kind)]
+    if not any(e.seq > stops[-1].seq for e in ends):
+        return None
+    return str(stops[-1].payload["reason"])
 
 
 def _narrowed(problem: Problem, uuids: list[str] | None, err: Console) -> Problem:
@@ -381,23 +502,67 @@ def _load_seeds(paths: list[Path], definition: str) -> list[Solution]:
     return seeds
 
 
-def _progress(kind: str, payload: dict[str, Any], err: Console) -> None:
-    if kind not in _SHOWN:
-        return
-    if kind == "evaluated":
+def _fmt(value: Any) -> str:
+    """``value`` for a progress line: floats rounded, lists and mappings inline and short."""
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ", ".join(f"{k}={_fmt(v)}" for k, v in list(value.items())[:4])
+            + (", ...}" if len(value) > 4 else "}")
+        )
+    if isinstance(value, list | tuple):
+        return ", ".join(_fmt(v) for v in value[:4]) + (", ..." if len(value) > 4 else "")
+    text = str(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _speed(score: Any) -> str:
+    return f"{score:.2f}×" if isinstance(score, int | float) else "-"
+
+
+class Progress:
+    """The search's events as short lines for people, on ``err``: what each candidate did
+    and whose incumbent it became; other shown events as ``kind: key=value, ...``."""
+
+    def __init__(self, err: Console) -> None:
+        self.err = err
+        self.best: float | None = None
+        """The best figure of any incumbent so far (the run's best overall)."""
+
+    def __call__(self, kind: str, payload: dict[str, Any]) -> None:
+        if kind not in _SHOWN:
+            return
+        if kind == "evaluated":
+            self.err.print(escape(self._evaluated(payload)))
+        elif kind == "incumbent":
+            self._incumbent(payload)
+        elif kind == "no_solution" and payload.get("common_failure"):  # in full: what to fix
+            self.err.print(escape(f"no_solution: {payload.get('why')}"), style="yellow")
+            self.err.print(escape(str(payload["common_failure"])), style="yellow")
+        else:
+            text = ", ".join(f"{k}={_fmt(v)}" for k, v in payload.items())
+            self.err.print(escape(f"{kind}: {text}" if text else kind), style="dim")
+
+    def _incumbent(self, payload: dict[str, Any]) -> None:
+        score = payload.get("score")
+        if isinstance(score, int | float):
+            self.best = score if self.best is None else max(self.best, score)
+        best = f" (best overall {_speed(self.best)})" if self.best is not None else ""
+        self.err.print(
+            escape(f"new incumbent of {payload.get('agent')}: {_speed(score)}{best}"),
+            style="green",
+        )
+
+    def _evaluated(self, payload: dict[str, Any]) -> str:
         stages = payload.get("stages", {})
         last = stages.get("full") or stages.get("screen") or {}
         score = last.get("score")
-        text = (
-            f"{payload.get('candidate')}: {'full' if 'full' in stages else 'screen'} "
+        return (
+            f"{payload.get('candidate')} ({payload.get('agent')}): "
+            f"{'full' if 'full' in stages else 'screen'} "
             f"{'passed' if last.get('passed') else 'failed'}"
-            + (f", {score:.2f}× over eager" if score else "")
-            + (" [new incumbent]" if payload.get("improved") else "")
-            + (f" ({last.get('stopped')})" if last.get("stopped") else "")
+            + (f", {_speed(score)} over eager" if score else "")
+            + (f" ({_fmt(last.get('stopped'))})" if last.get("stopped") else "")
         )
-        err.print(escape(text))
-    elif kind == "no_solution" and payload.get("common_failure"):  # in full: what to fix
-        err.print(escape(f"no_solution: {payload.get('why')}"), style="yellow")
-        err.print(escape(str(payload["common_failure"])), style="yellow")
-    else:
-        err.print(escape(f"{kind}: {json.dumps(payload, default=str)[:300]}"), style="dim")

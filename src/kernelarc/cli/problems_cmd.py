@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kernelarc.cli.console import console
 from kernelarc.problem.discover import ProblemSummary, find_problems, summarize
 
 
@@ -53,14 +53,14 @@ def _print_table(summaries: list[ProblemSummary]) -> None:
             Text(", ".join(s.dtypes)),
             status,
         )
-    console = Console()
-    console.print(table)
+    out = console()
+    out.print(table)
     failed = [s for s in summaries if s.error]
     for s in failed:
-        console.print(Text(f"{s.name}: ", style="bold red") + Text(s.error or ""))
+        out.print(Text(f"{s.name}: ", style="bold red") + Text(s.error or ""))
     total = sum(s.workloads for s in summaries)
     line = f"{len(summaries)} problems ({total} workloads), {len(failed)} failed"
-    console.print(Text(line, style="bold red" if failed else "bold green"))
+    out.print(Text(line, style="bold red" if failed else "bold green"))
 
 
 def problems_command(

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from kernelarc.cli.console import console
 from kernelarc.problem.expressions import AxisError
 from kernelarc.problem.loader import Problem, load_problem
 from kernelarc.problem.schema import Definition, Workload
@@ -90,7 +90,7 @@ def sol_command(
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False,
 ) -> None:
     """Print T_sol (the roofline bound) of each workload of a problem."""
-    err = Console(stderr=True)
+    err = console(stderr=True)
     if convention not in ("solar", "strict"):
         err.print(f"[red]--convention must be solar or strict, not {convention!r}[/]")
         raise typer.Exit(2)
@@ -204,11 +204,11 @@ def _print(
                 "-" if r.get("ratio") is None else f"{r['ratio']:.3f}",
             ]
         table.add_row(*(Text(c) for c in cells))
-    console = Console()
-    console.print(table)
+    out = console()
+    out.print(table)
     for r in rows:
         if r["reason"]:
-            console.print(Text(f"#{r['index']}: {r['reason']}", style="yellow"))
+            out.print(Text(f"#{r['index']}: {r['reason']}", style="yellow"))
         approx = [n for n in r["notes"] if "placeholder" in n]
         if r["method"] not in (None, "meta") and approx:
-            console.print(Text(f"#{r['index']} counted on {r['method']}: {approx[0]}", style="dim"))
+            out.print(Text(f"#{r['index']} counted on {r['method']}: {approx[0]}", style="dim"))

@@ -39,10 +39,18 @@ class ProblemSummary(BaseModel):
 
 def find_problems(root: Path | str) -> list[Path]:
     """Every directory at or below ``root`` holding a ``definition.json``, sorted. Hidden
-    directories and caches are not searched; symlinked directories are not followed."""
+    directories and caches are not searched. Symlinked directories are followed (a tree of
+    links to problem folders is a problem tree); a directory already visited, e.g. through a
+    link to one of its parents, is not searched again."""
     root = Path(root)
     found: list[Path] = []
-    for current, dirs, files in os.walk(root):
+    seen: set[str] = set()
+    for current, dirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(current)
+        if real in seen:  # a symlink loop, or a second link to the same folder
+            dirs[:] = []
+            continue
+        seen.add(real)
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS]
         if DEFINITION_FILE in files:
             found.append(Path(current))
