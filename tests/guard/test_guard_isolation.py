@@ -1,9 +1,10 @@
 """The guard's process isolation, end to end: the real ``kernelarc eval`` in a subprocess on
 the bundled example ``rmsnorm_h512`` (CPU, workloads 0 and 1), plus the Python API.
 
-Covered: a worker that segfaults, ends itself with ``os._exit(3)`` or hangs on workload 0
-gives RUNTIME_ERROR / TIMEOUT there and the next workload is judged in a fresh worker
-(PASSED); the ``-o`` traces of those runs are schema-valid with the right fields; after the
+Covered: a worker that segfaults or ends itself with ``os._exit(3)`` on workload 0 gives
+RUNTIME_ERROR there and the next workload is judged in a fresh worker (PASSED); one that
+hangs on workload 0 gives TIMEOUT there and the next workload is not run (TIMEOUT, ``not
+run:``); the ``-o`` traces of those runs are schema-valid with the right fields; after the
 CLI exits no worker process of the run is left (found through a marker variable in
 ``/proc/*/environ``); secret-looking variables of the caller never reach the candidate
 while ``PATH`` does; a connection attempt is REWARD_HACK[network] and every trace log names
@@ -137,13 +138,14 @@ def log_of(trace: Trace) -> str:
 # ---------------------------------------------------------------- crash survival
 
 
-def test_hang_on_first_workload_is_timeout_then_next_passes(tmp_path: Path) -> None:
-    """First in this module, before ``runs`` starts the other CLI runs: the next workload's
-    fresh worker must start and be judged within the same 5 s limit, on a machine left to it."""
+def test_hang_on_first_workload_is_timeout_then_next_is_not_run(tmp_path: Path) -> None:
+    """First in this module, before ``runs`` starts the other CLI runs, on a machine left to
+    it: the hang costs one 5 s limit, and the next workload is reported, not judged."""
     run = judge(tmp_path, "hang_first.py", "--timeout", "5")
     assert run.rc == 1, run.describe()
-    hung, _ = check_traces(run, ["TIMEOUT", "PASSED"])
+    hung, skipped = check_traces(run, ["TIMEOUT", "TIMEOUT"])
     assert "time limit of 5 s" in log_of(hung), log_of(hung)
+    assert log_of(skipped).startswith(f"not run: an earlier workload timed out ({UUIDS[0]})")
     assert run.wall_s < 60, f"the 1000 s sleep was not cut short: {run.wall_s:.0f} s"
     assert run.leftover == []
 

@@ -6,12 +6,13 @@ lifetime; its reference outputs are cached across candidates) and one fresh *can
 worker per solution (replaced after any failure). Per workload: ``rounds`` correctness
 rounds on fresh inputs from fixed derived seeds, then timing (warm-up + timed calls over a
 pool of distinct inputs), verification of sampled timed outputs, a re-check on fresh inputs,
-and the reference timed with the same protocol. Everything the verdict depends on is
-computed outside the candidate's process; the same candidate on the same device gets the
-same statuses (latencies vary within the measured noise).
+and the reference timed with the same protocol in a candidate worker of its own. Everything
+the verdict depends on is computed outside the candidate's process; the same candidate on
+the same device gets the same statuses (latencies vary within the measured noise).
 
 Status precedence per workload: a reward-hack finding beats every other status; then the
-first failing round's status. See ``docs/GUARD.md``.
+first failing round's status. A workload that times out ends the evaluation: the workloads
+after it are reported TIMEOUT, ``not run``. See ``docs/GUARD.md``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from kernelarc.guard.isolation import (
     scrubbed_environment,
 )
 from kernelarc.guard.messages import (
+    CandidateTimed,
+    Done,
     Emulated,
     EmulatedRequest,
     ErrorReply,
@@ -52,6 +55,7 @@ from kernelarc.guard.messages import (
     ReferenceReady,
     ReferenceSetup,
     ReferenceTimed,
+    ReleaseRequest,
     TimeRequest,
     decode,
 )
@@ -66,7 +70,21 @@ from kernelarc.guard.verdict import (
     make_trace,
 )
 from kernelarc.problem.loader import Problem
-from kernelarc.problem.schema import Solution, Workload
+from kernelarc.problem.reference import reference_solution
+from kernelarc.problem.schema import EvaluationStatus, Solution, Trace, Workload
+
+#: How the log of a workload that was not run starts (:func:`not_run`).
+NOT_RUN = "not run: "
+
+
+def not_run(wl: Workload, timed_out: str) -> WorkloadOutcome:
+    """The outcome of a workload left unjudged because workload ``timed_out`` (a uuid) timed
+    out before it: TIMEOUT, never a pass nor a timing; its log says so."""
+    return WorkloadOutcome(
+        workload=wl,
+        status=EvaluationStatus.TIMEOUT,
+        log=f"{NOT_RUN}an earlier workload timed out ({timed_out})",
+    )
 
 
 def _library_roots(cache: Path) -> list[str]:
@@ -112,7 +130,8 @@ class Guard:
         self._spare: WorkerProcess | None = None
         self._closed = False
         self._ref_env: dict[str, Any] = {}
-        self._ref_times: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._ref_times: dict[tuple[Any, ...], tuple[dict[str, Any], str | None]] = {}
+        self._ref_timer: CandidateSession | None = None
         self._workers = 0
         self._use_cupti = self._cupti_wanted()
         early = self.config.early_spare
@@ -126,6 +145,10 @@ class Guard:
         # and the first candidate's process (torch imported while the caller goes on).
         self._ref_started: WorkerProcess | None = self._new_worker("reference")
         self._spare = self._new_worker("candidate")
+        # and the worker that times the reference as a candidate (reference_timing)
+        self._timer_started: WorkerProcess | None = (
+            self._new_worker("candidate") if self.config.time_reference else None
+        )
 
     def _cupti_wanted(self) -> bool:
         if self.config.cupti == "off" or not self.device.startswith("cuda"):
@@ -284,6 +307,7 @@ class Guard:
         retime_reference: bool = False,
         warm_budget_s: float | None = None,
         fresh_jit: bool = False,
+        on_trace: Callable[[Trace], None] | None = None,
     ) -> EvalResult:
         """Judge ``solution`` on ``workloads`` (all by default). ``rounds``/``warmup``/
         ``iterations`` override the configuration for this call (the search's screening
@@ -294,6 +318,12 @@ class Guard:
         ``warm_budget_s`` caps the compile pass (``GuardConfig.compile_workers``; a search's
         time left): no call of it starts later. ``fresh_jit``: the candidate's worker starts
         with empty Triton and Inductor caches (:meth:`candidate_worker`; not with ``session``).
+
+        A workload that times out ends the evaluation when ``stop`` does not: each remaining
+        workload gets a TIMEOUT trace whose log starts with ``not run:`` (:func:`not_run`),
+        without performance figures, so a hanging solution costs one time limit, not one per
+        workload; ``stopped_early`` names the workload. ``on_trace(trace)`` is called with
+        each workload's trace as soon as it is judged (``kernelarc eval -o`` writes it then).
 
         ``session`` (from :meth:`open_session` for the same solution) keeps the candidate's
         worker between calls, e.g. the search's screening and full stages: the solution is
@@ -327,29 +357,42 @@ class Guard:
             session.settings = settings
         before = session.reported  # a held session's phases of earlier calls (build first)
         outcomes: list[WorkloadOutcome] = []
+        traces: list[Trace] = []
         stopped: str | None = None
+
+        def report(o: WorkloadOutcome) -> None:
+            traces.append(
+                make_trace(
+                    self.problem.definition.name,
+                    solution.name,
+                    o,
+                    self.environment(),
+                    self.isolation.description,
+                )
+            )
+            outcomes.append(o)
+            if on_trace is not None:
+                on_trace(traces[-1])
+
         try:
             session.warm(chosen, warm_budget_s)
-            for wl in chosen:
-                outcomes.append(session.evaluate_workload(wl))
-                stopped = stop(outcomes[-1]) if stop is not None else None
+            for i, wl in enumerate(chosen):
+                outcome = session.evaluate_workload(wl)
+                outcome.notes += self._emulated_note()
+                report(outcome)
+                stopped = stop(outcome) if stop is not None else None
                 if stopped:
+                    break
+                if outcome.status == EvaluationStatus.TIMEOUT:
+                    stopped = f"TIMEOUT on workload {wl.uuid}"
+                    for rest in chosen[i + 1 :]:
+                        report(not_run(rest, wl.uuid))
                     break
         finally:
             if not session.settings.gpu_exchange:  # CUDA IPC failed: files from now on
                 self.gpu_exchange = False
             if not held:
                 session.close()
-        env = self.environment()
-        emulated = self._emulated_note()
-        for o in outcomes:
-            o.notes += emulated
-        traces = [
-            make_trace(
-                self.problem.definition.name, solution.name, o, env, self.isolation.description
-            )
-            for o in outcomes
-        ]
         session.reported = dict(session.phases)  # (closing a session starts the spare)
         return EvalResult(
             stopped_early=stopped,
@@ -405,17 +448,29 @@ class Guard:
         seeds: list[int],
         deadline: float,
         cfg: GuardConfig | None = None,
+        *,
+        one_sample: bool = False,
+        notes: list[str] | None = None,
     ) -> dict[str, Any]:
         """The reference (or its torch.compile) timed on ``wl`` with the timing protocol of
         ``cfg`` (default: the guard's): the same warm-up and timed calls as the candidate it
-        is compared with. Cached per workload and protocol for the guard's lifetime, unless
+        is compared with. The eager reference is timed as a candidate
+        (:meth:`_time_as_candidate`; ``one_sample`` as the candidate's request), its
+        torch.compile in the reference worker; a note on how it was timed, if any, goes to
+        ``notes``. Cached per workload and protocol for the guard's lifetime, unless
         ``cfg.retime_reference`` asks for a new timing (which then replaces the cached one).
         The protocol is part of the key: a reference timed with other call counts than the
         candidate misreads the ratio (docs/GUARD.md)."""
         cfg = cfg or self.config
         protocol = (cfg.warmup, cfg.iterations, cfg.min_timed_ms, cfg.max_iterations)
         key = (wl.uuid, compiled, *protocol, cfg.max_timed_ms, cfg.pool_sets)
-        if key not in self._ref_times or cfg.retime_reference:
+        timed: dict[str, Any] | None = None
+        note = None
+        if key in self._ref_times and not cfg.retime_reference:
+            timed, note = self._ref_times[key]
+        elif not compiled:
+            timed, note = self._time_as_candidate(wl, seeds, deadline, cfg, one_sample)
+        if timed is None:
             ref = self.reference()
             request = TimeRequest(
                 workload=wl,
@@ -436,15 +491,70 @@ class Guard:
                 raise hack("check-error", f"timing the reference: {e}") from None
             if isinstance(reply, ErrorReply):
                 raise Verdict("INVALID_REFERENCE", f"timing {REFERENCE_FAILED}: {reply.message}")
-            self._ref_times[key] = reply.summary
-        return self._ref_times[key]
+            timed = reply.summary
+        self._ref_times[key] = (timed, note)
+        if note is not None and notes is not None:
+            notes.append(note)
+        return timed
+
+    def _timer_worker(self) -> WorkerProcess:
+        w, self._timer_started = self._timer_started, None
+        return w if w is not None and w.alive() else self._new_worker("candidate")
+
+    def _time_as_candidate(
+        self, wl: Workload, seeds: list[int], deadline: float, cfg: GuardConfig, one: bool
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """The eager reference timed as the candidate is: the reference solution in a
+        candidate worker of its own (kept for the guard's life, sandboxed and audited as
+        candidates are), with the candidate's request, seeds and settings. ``(summary,
+        None)``, or ``(None, why)`` when it cannot run as a candidate (e.g. it needs ops the
+        reference worker emulates): the reference worker then times it. A missed deadline
+        is the candidate's TIMEOUT, as any reference timing's."""
+        if self._ref_timer is None:
+            solution = reference_solution(
+                self.problem.definition, agent="guard", description="the reference, timed"
+            )
+            self._ref_timer = CandidateSession(self, solution, spawn=self._timer_worker)
+        timer = self._ref_timer
+        timer.settings = self.settings(cfg)
+        exchange = self.tmp / "reference-timing"  # its sampled outputs, never judged
+        exchange.mkdir(exist_ok=True)
+        request = TimeRequest(
+            workload=wl,
+            seeds=seeds,
+            warmup=cfg.warmup,
+            iterations=cfg.iterations,
+            min_timed_ms=cfg.min_timed_ms,
+            max_iterations=cfg.max_iterations,
+            max_timed_ms=cfg.max_timed_ms,
+            pool_sets=cfg.pool_sets,
+            one_sample=one,
+            exchange_dir=str(exchange),
+            ipc=timer.settings.gpu_exchange,
+            cupti=self._use_cupti,
+        )
+        try:
+            if timer.fatal is not None:
+                raise timer.fatal
+            reply = timer.cand(request, CandidateTimed, deadline, "the reference's timing")
+            timer.cand(ReleaseRequest(), Done, deadline, "release")
+        except WorkerTimeout:
+            timer.drop_worker()
+            raise
+        except (Verdict, WorkerCrashed) as e:
+            timer.drop_worker()
+            why = e.log if isinstance(e, Verdict) else str(e)
+            return None, f"reference timed in the reference worker: as a candidate: {why}"[:500]
+        return dict(reply.summary), None
 
     def close(self) -> None:
         self._closed = True
-        for w in (self._ref, self._spare, self._ref_started):
+        if self._ref_timer is not None:
+            self._ref_timer.close()
+        for w in (self._ref, self._spare, self._ref_started, self._timer_started):
             if w is not None:
                 w.close()
-        self._ref = self._spare = self._ref_started = None
+        self._ref = self._spare = self._ref_started = self._timer_started = None
         shutil.rmtree(self.tmp, ignore_errors=True)
         shutil.rmtree(self._ref_cache, ignore_errors=True)
 
@@ -455,4 +565,12 @@ class Guard:
         self.close()
 
 
-__all__ = ["EvalResult", "Guard", "GuardConfig", "WorkerCrashed", "WorkerTimeout"]
+__all__ = [
+    "NOT_RUN",
+    "EvalResult",
+    "Guard",
+    "GuardConfig",
+    "WorkerCrashed",
+    "WorkerTimeout",
+    "not_run",
+]
