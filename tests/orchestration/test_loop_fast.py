@@ -250,13 +250,14 @@ def test_no_composition_when_one_candidate_wins_everywhere(tmp_path: Path) -> No
 @pytest.mark.parametrize("reference_ms", [1.0, 1.9])
 def test_the_reference_replaces_a_slower_solution(tmp_path: Path, reference_ms: float) -> None:
     """The best candidate is slower than the reference (0.5x): the reference is judged in
-    full and handed over when it is significantly faster than the candidate."""
+    full and handed over, whatever it reads of itself (1x, or 0.53x: its noise), since the
+    candidate is not significantly faster than the reference."""
     guard = fake(script={"rms_slow": 2.0}, verdict=composed_or_reference({}, reference_ms))
     agents = [ScriptedAgent([rms("slow")], name="A")]
     run = Run(tmp_path, agents, guard, reference_fallback=True).run()
     info = run.describe()
     [fallback] = run.payloads("fallback")
-    kept = reference_ms < 2.0 / 1.02
+    kept = True
     assert fallback["kept"] is kept and fallback["instead_of"] == run.ids("A")[0], info
     best = run.best()
     assert best["reference"] is kept, info

@@ -1,11 +1,13 @@
 """The end of a run: pick the best fully validated candidate, try a shape-gated composition
 of the per-workload winners (kept only if the guard finds it significantly better), confirm
 the choice in a new process with empty JIT caches (``confirm.py``: a runner-up when its
-speed does not reproduce), and, when what is chosen (and confirmed) is slower than the eager
-reference, judge the reference itself in full and hand it back instead if it is
-significantly faster (``RunConfig.reference_fallback``):
-a run never returns a solution the guard measured slower than the code it was given, when
-it had the time to check. Then write ``best/`` and the summary. Also ``run_status``: what
+speed does not reproduce), and, unless what is chosen (and confirmed) is significantly
+faster than the eager reference (``judge.beats_reference``: its geometric-mean speedup over
+the reference timed beside it above ``1 + min_gain``), judge the reference itself in full
+and hand it back instead (``RunConfig.reference_fallback``): a run hands over a candidate
+only when it measured a sure gain over the code it was given, when it had the time to
+check. The figure handed over is always the hand-over's own judgement (the confirmation's
+when there was one). Then write ``best/`` and the summary. Also ``run_status``: what
 ``kernelarc status`` reports, computed from the store alone.
 
 The finishers' candidates (``FINISHERS``) cost no budget. Under a time limit the search
@@ -21,7 +23,9 @@ the solution is written waits, so a run stopped at its end still hands over its 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +42,7 @@ from kernelarc.orchestration.confirm import CONFIRMER, confirm
 from kernelarc.orchestration.events import Events
 from kernelarc.orchestration.failures import common_failure
 from kernelarc.orchestration.final import FinalJudge, Pass
-from kernelarc.orchestration.judge import significant
+from kernelarc.orchestration.judge import beats_reference, significant
 from kernelarc.orchestration.state import RunState
 from kernelarc.problem.loader import Problem
 from kernelarc.problem.reference import reference_solution
@@ -106,11 +110,12 @@ class Finisher:
         passes = _full_passes(store)
         if not passes:
             why: dict[str, Any] = {"why": "no candidate passed the full protocol"}
-            common = common_failure(store, reference.content_hash())
-            if common is not None:
+            if state.reference_broken is not None:
+                why["why"] = f"the reference is broken: {state.reference_broken}"
+            elif (common := common_failure(store, reference.content_hash())) is not None:
                 why["common_failure"] = common.sentence()
             events.log("no_solution", why)
-            return run_status(store, self.dir.path)
+            return self._end(handed_over=False)
         best_rec, best_ev = max(passes, key=lambda p: (p[1].result.score or 0.0, -p[0].seq))
         chosen = (best_rec, best_ev)
         if cfg.compose and len(passes) >= 2 and state.interrupted:
@@ -136,9 +141,11 @@ class Finisher:
             if confirmed is None:
                 why_none = "every candidate confirmed failed in a new process"
                 events.log("no_solution", {"why": why_none})
-                return run_status(store, self.dir.path)
+                return self._end(handed_over=False)
             chosen = confirmed
-        if cfg.reference_fallback and (chosen[1].result.score or 0.0) < 1.0:
+        if cfg.reference_fallback and not beats_reference(
+            chosen[1].result.per_workload, cfg.min_gain
+        ):
             if chosen[0].content_hash == reference.content_hash():
                 pass  # the chosen solution is the reference itself
             elif self.clock.left_total() <= 0:
@@ -168,9 +175,15 @@ class Finisher:
         cfg = self.config
         if cfg.memory and cfg.memory_file:
             self.state.memory.save(Path(cfg.memory_file))
-        summary = run_status(self.store, self.dir.path)
+        summary = self._end(handed_over=True)
         self.dir.write_summary(summary)
         return summary
+
+    def _end(self, *, handed_over: bool) -> dict[str, Any]:
+        """Record that the run ended (``finished``: what ``kernelarc status`` tells a
+        finished run from a running or killed one by) and return its summary."""
+        self.events.log("finished", {"handed_over": handed_over})
+        return run_status(self.store, self.dir.path)
 
     def _compose(self, passes: list[Pass], best: Pass) -> Pass | None:
         """The shape-gated composition of the per-workload winners, judged in full; None when
@@ -238,8 +251,11 @@ class Finisher:
         return (record, ev) if better else None
 
     def _fallback(self, reference: Solution, chosen: Pass) -> Pass:
-        """The reference judged in full; returned instead of ``chosen`` when significantly
-        faster."""
+        """The reference judged in full; returned instead of ``chosen`` (which is not
+        significantly faster than the reference) whenever it passes, whatever it reads: its
+        reading away from 1x is the measurement's noise, and ``chosen`` gained nothing sure.
+        ``chosen`` stays only when the reference fails its own judgement (then nothing
+        could have been compared with it)."""
         rec, ev = chosen
         ref_rec, ref_ev = self.final.judge(
             reference,
@@ -248,9 +264,7 @@ class Finisher:
             parent=rec.id,
             hypothesis=f"the reference itself beats {rec.id} ({ev.result.score:.3g}x over eager)",
         )
-        kept = ref_ev.result.passed and significant(
-            ref_ev.result.per_workload, ev.result.per_workload, self.config.min_gain
-        )
+        kept = ref_ev.result.passed
         self.events.log(
             "fallback",
             {
@@ -283,7 +297,8 @@ def full_latencies(passes: list[Pass]) -> dict[str, dict[str, float]]:
 
 
 def run_status(store: Store, run_dir: Path) -> dict[str, Any]:
-    """The run's state for scripts (names are a contract: see ``kernelarc status``)."""
+    """The run's state for scripts (names are a contract: see ``kernelarc status``; keys
+    are only ever added)."""
     config = _config(store)
     cands = store.candidates()
     evals = store.evaluations()
@@ -291,7 +306,8 @@ def run_status(store: Store, run_dir: Path) -> dict[str, Any]:
     incumbents = store.incumbents()
     composed = {c.id for c in cands if c.agent == COMPOSER}
     finishers = {c.id for c in cands if c.agent in FINISHERS}
-    judged = {e.candidate_id for e in evals} - finishers
+    all_judged = {e.candidate_id for e in evals}
+    judged = all_judged - finishers
     passed = {e.candidate_id for e in evals if e.stage == "full" and e.result.passed} - finishers
     agents = []
     for name in config.get("agents", []):
@@ -307,19 +323,7 @@ def run_status(store: Store, run_dir: Path) -> dict[str, Any]:
                 else {"candidate_id": inc.candidate_id, "score": inc.score},
             }
         )
-    best_path = run_dir / "best" / "solution.json"
-    best: dict[str, Any] | None = None
-    events = store.events("best")
-    if best_path.exists() and events:
-        last = events[-1].payload
-        ev = [e for e in store.evaluations(str(last.get("candidate"))) if e.stage == "full"]
-        best = {
-            "path": str(best_path),
-            "candidate_id": last.get("candidate"),
-            "all_passed": bool(ev and ev[-1].result.passed),
-            "speedup": ev[-1].result.score if ev else None,
-            "is_reference": last.get("reference"),  # None: a run from before it was kept
-        }
+    broken = store.events("reference_broken")
     return {
         "problem": config.get("definition"),
         "budget": config.get("budget"),
@@ -332,13 +336,99 @@ def run_status(store: Store, run_dir: Path) -> dict[str, Any]:
         "fallback": sorted(c.id for c in cands if c.agent == FALLBACK),
         "confirmations": sorted(c.id for c in cands if c.agent == CONFIRMER),
         "workloads": config.get("workloads"),
-        "best": best,
+        "best": _best(store, run_dir, cands),
         "stopped": (
             store.events("search_stopped")[-1].payload.get("reason")
             if store.events("search_stopped")
             else None
         ),
+        "judged_at_end": len(all_judged & finishers),
+        "reference_broken": broken[-1].payload.get("error") if broken else None,
+        **_progress(store, run_dir),
     }
+
+
+NO_GAIN = "no candidate was significantly faster than the reference on this machine"
+"""What a run that hands the reference back says (summary, ``kernelarc status``, report)."""
+
+
+def _best(store: Store, run_dir: Path, cands: list[CandidateRecord]) -> dict[str, Any] | None:
+    """The handed-over solution: its candidate, agent, the figure its hand-over judgement
+    read, and the workloads where that judgement was slower than the reference."""
+    best_path = run_dir / "best" / "solution.json"
+    events = store.events("best")
+    if not (best_path.exists() and events):
+        return None
+    last = events[-1].payload
+    cid = str(last.get("candidate"))
+    ev = [e for e in store.evaluations(cid) if e.stage == "full"]
+    per = ev[-1].result.per_workload if ev else ()
+    itself = last.get("reference")  # None: a run from before it was kept
+    agent = next((c.agent for c in cands if c.id == cid), None)
+    origin = last.get("confirms")
+    return {
+        "path": str(best_path),
+        "candidate_id": last.get("candidate"),
+        "all_passed": bool(ev and ev[-1].result.passed),
+        "speedup": ev[-1].result.score if ev else None,
+        "is_reference": itself,
+        "agent": next((c.agent for c in cands if c.id == origin), agent) if origin else agent,
+        "confirms": origin,
+        "verdict": NO_GAIN if itself else None,
+        "slower_workloads": []
+        if itself
+        else [
+            {"uuid": r.uuid, "axes": dict(r.axes), "speedup": r.speedup}
+            for r in per
+            if r.speedup is not None and r.speedup < 1.0
+        ],
+    }
+
+
+def _progress(store: Store, run_dir: Path) -> dict[str, Any]:
+    """Whether the run is still going, and how long it has run. It ``finished`` when its
+    latest process logged ``finished`` (each process of a run, resumed or not, logs
+    ``run_config`` first); else it is ``running`` while the process holding the store's
+    writer lock is alive (its pid is in ``store.sqlite.lock``), and ``stopped`` (killed, or
+    cut before its end: ``--resume`` finishes it) otherwise."""
+    events = store.events()
+    starts = [e for e in events if e.kind == "run_config"]
+    last_start = starts[-1].seq if starts else -1
+    ended = next((e for e in reversed(events) if e.kind == "finished"), None)
+    if ended is not None and ended.seq > last_start:
+        state = "finished"
+    elif _writer_alive(run_dir / "store.sqlite.lock"):
+        state = "running"
+    else:
+        state = "stopped"
+    elapsed = None
+    if events:
+        first = datetime.fromisoformat(events[0].at)
+        end = (
+            datetime.now(UTC)
+            if state == "running"
+            else datetime.fromisoformat((ended if state == "finished" and ended else events[-1]).at)
+        )
+        elapsed = round(max((end - first).total_seconds(), 0.0), 1)
+    return {"state": state, "running": state == "running", "elapsed_s": elapsed}
+
+
+def _writer_alive(lock: Path) -> bool:
+    """Whether the process whose pid the store's writer lock file holds is alive (read
+    only: taking the lock to test it could refuse a writer starting at that moment)."""
+    try:
+        pid = int(lock.read_text().strip() or "0")
+    except (OSError, ValueError):
+        return False
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
 
 
 def _config(store: Store) -> dict[str, Any]:

@@ -53,7 +53,7 @@ from kernelarc.orchestration.crowding import (
 )
 from kernelarc.problem.inputs import estimate_input_bytes
 from kernelarc.problem.loader import Problem
-from kernelarc.problem.schema import Solution, Workload
+from kernelarc.problem.schema import EvaluationStatus, Solution, Workload
 
 
 class Session(Protocol):
@@ -176,6 +176,14 @@ def significant(
     return g is not None and g > 1.0 + min_gain
 
 
+def beats_reference(per_workload: Sequence[WorkloadResult], min_gain: float) -> bool:
+    """Whether a full judgement is significantly faster than the reference: it passed, and
+    its geometric-mean speedup over the reference timed with it (``score_of``) exceeds
+    ``1 + min_gain`` (the rule of :func:`significant`, against the reference itself)."""
+    score = score_of(per_workload)
+    return score is not None and score > 1.0 + min_gain
+
+
 def _gain(new: WorkloadResult, old: WorkloadResult) -> float:
     """How many times faster ``new`` is than ``old`` on one workload (both timed)."""
     if new.speedup and old.speedup:
@@ -183,6 +191,19 @@ def _gain(new: WorkloadResult, old: WorkloadResult) -> float:
     if not (new.latency_ms and old.latency_ms):
         raise ValueError(f"workload {new.uuid}: a gain needs both sides timed")
     return old.latency_ms / new.latency_ms
+
+
+def reference_broken(per_workload: Sequence[WorkloadResult], n_screened: int) -> str | None:
+    """The first line of the reference's own error when a screening found it failing
+    (``INVALID_REFERENCE``) on every one of the ``n_screened`` screened workloads (a
+    screening goes on past such a failure: ``Judge._run``); None otherwise. Then no
+    candidate can be verified, whatever it is. Not covered: a reference that fails only on
+    workloads outside the screened ones (``failures.common_failure`` names those)."""
+    bad = [r for r in per_workload if r.status == EvaluationStatus.INVALID_REFERENCE.value]
+    if not per_workload or len(bad) < n_screened or len(bad) != len(per_workload):
+        return None
+    lines = [line.strip() for line in bad[0].log.strip().splitlines() if line.strip()]
+    return (lines[0] if lines else "the reference failed")[:300]
 
 
 #: Margin by which a candidate must beat every incumbent on one screened workload to be a
@@ -242,12 +263,15 @@ class Judge:
         best_first: float | None,
         session: Session,
         retime_reference: bool = False,
+        screening: bool = False,
     ) -> EvalResult:
         factor = self.config.hopeless_factor
 
         def stop(o: WorkloadOutcome) -> str | None:
             if self.out_of_time():
                 return TIME_LIMIT
+            if screening and o.status is EvaluationStatus.INVALID_REFERENCE:
+                return None  # the reference's own failure: screen on, to tell a broken one
             if o.status.value != "PASSED":
                 return f"{o.status.value} on workload {o.workload.uuid}"
             if (
@@ -357,6 +381,7 @@ class Judge:
                 best_first,
                 session,
                 retime_reference=True,
+                screening=True,
             )
             per = results_of(res.outcomes, self.bounds)
             screened = result("screen", per, res.stopped_early)

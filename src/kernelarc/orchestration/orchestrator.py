@@ -31,7 +31,13 @@ from kernelarc.orchestration.events import Events
 from kernelarc.orchestration.executor import Executor, LocalExecutor
 from kernelarc.orchestration.final import FinalJudge
 from kernelarc.orchestration.finish import Finisher
-from kernelarc.orchestration.judge import GuardLike, Judge, significant, summarize_stages
+from kernelarc.orchestration.judge import (
+    GuardLike,
+    Judge,
+    reference_broken,
+    significant,
+    summarize_stages,
+)
 from kernelarc.orchestration.resume import ORCHESTRATOR, incumbent_view, restore
 from kernelarc.orchestration.rundir import RunDir
 from kernelarc.orchestration.schedule import Inflight, Scheduler, reserve
@@ -111,6 +117,8 @@ class Orchestrator:
             reason = (
                 "interrupted"
                 if state.interrupted
+                else "the reference is broken"
+                if state.reference_broken
                 else "budget spent"
                 if state.budget_left() <= 0
                 else "time limit"
@@ -140,7 +148,7 @@ class Orchestrator:
         inflight: Inflight = {}
         ready_at: dict[Future[Any], float] = {}  # ``told_s`` when each was first seen ready
         gathered = False  # the first pick is made among every first proposal
-        while state.budget_left() > 0 and clock.left() > 0:
+        while state.budget_left() > 0 and clock.left() > 0 and state.reference_broken is None:
             self.events.sigint.check()
             for name in self._idle(inflight):
                 state.asked[name] = state.board.version
@@ -347,6 +355,13 @@ class Orchestrator:
             },
         )
         self._observe(name, final, store_conclusion=True)
+        error = reference_broken(screened.per_workload, len(self.judge.screen_set))
+        if error is not None and state.reference_broken is None:
+            state.reference_broken = error
+            self.events.log(
+                "reference_broken",
+                {"error": error, "candidate": record.id, "workloads": len(screened.per_workload)},
+            )
 
     def _promote(
         self,

@@ -60,6 +60,9 @@ class RunState:
     full_cost_warned: bool = False
     interrupted: bool = False
     """A stop signal cut the search or one of the end's judgements."""
+    reference_broken: str | None = None
+    """The reference's own error (first line) once it failed on every screened workload
+    (``judge.reference_broken``): the search stops, nothing can be verified against it."""
 
     def __post_init__(self) -> None:
         if len(set(self.agents)) != len(self.agents):
