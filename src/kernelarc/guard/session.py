@@ -8,7 +8,9 @@ The per-workload protocol (all seeds from ``protocol.derive_seed``):
 2. Timing: ``warmup`` + ``iterations`` calls over a pool of distinct input sets; the
    outputs of two sampled timed calls are judged too (stale or cached results fail).
 3. A re-check round on fresh inputs after timing.
-4. The reference timed with the same protocol (cached per workload for the guard's life).
+4. The reference timed with the same protocol, right after the candidate, in a candidate
+   worker of its own running the reference solution (``Guard.reference_timing``; cached per
+   workload and protocol for the guard's life).
 
 Any violation reported by the sentinel, at any step, makes the workload REWARD_HACK. A
 crash or a missed deadline kills the worker (RUNTIME_ERROR / TIMEOUT for that workload) and
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -117,6 +120,9 @@ class GuardSide(Protocol):
         seeds: list[int],
         deadline: float,
         cfg: GuardConfig | None = None,
+        *,
+        one_sample: bool = False,
+        notes: list[str] | None = None,
     ) -> dict[str, Any]: ...
 
 
@@ -150,13 +156,20 @@ class ExchangeFailed(RuntimeError):
 
 class CandidateSession:
     """One solution judged by ``guard``: built now, loaded in a candidate worker on first
-    use, which is replaced after any failure. ``settings`` default to the guard's."""
+    use, which is replaced after any failure. ``settings`` default to the guard's.
+    ``spawn`` starts its workers (default: the guard's ``candidate_worker``, which hands
+    out the warm spare)."""
 
     def __init__(
-        self, guard: GuardSide, solution: Solution, settings: SessionSettings | None = None
+        self,
+        guard: GuardSide,
+        solution: Solution,
+        settings: SessionSettings | None = None,
+        spawn: Callable[[], WorkerProcess] | None = None,
     ) -> None:
         self.guard, self.solution = guard, solution
         self.settings = settings or guard.settings()
+        self.spawn = spawn
         self.phases: dict[str, float] = {}
         self.reported: dict[str, float] = {}
         """The phases as already reported by earlier ``Guard.evaluate`` calls of a held
@@ -225,7 +238,10 @@ class CandidateSession:
             return self.worker
         assert self.artifact is not None, "a session whose build failed loads nothing"
         t0 = time.monotonic()
-        w = self.guard.candidate_worker(self.settings.fresh_jit)
+        if self.spawn is not None:
+            w = self.spawn()
+        else:
+            w = self.guard.candidate_worker(self.settings.fresh_jit)
         try:
             w.wait_ready(self.cfg.setup_timeout)
             self._tick("process_start", t0)
@@ -318,7 +334,7 @@ class CandidateSession:
         except Verdict:
             return  # the solution does not load: each workload's own attempt reports it
         except (WorkerTimeout, WorkerCrashed) as e:
-            self._drop_worker()
+            self.drop_worker()
             self.warm_notes = [f"compile pass failed ({type(e).__name__}: {e}); compiled "
                                "in the first calls instead"[:400]]  # fmt: skip
             return
@@ -327,16 +343,16 @@ class CandidateSession:
         try:
             reply = decode(raw, Warmed)
         except MalformedReply as e:
-            self._drop_worker()
+            self.drop_worker()
             self.fatal = hack("check-error", f"compile pass: {e}")
             return
         bad = from_violations(reply.violations)
         if bad is not None:
-            self._drop_worker()
+            self.drop_worker()
             self.fatal = bad
             return
         if isinstance(reply, ErrorReply):
-            self._drop_worker()
+            self.drop_worker()
             self.warm_notes = [f"compile pass failed: {reply.message}"[:400]]
             return
         self.warmed |= set(reply.called)
@@ -367,17 +383,17 @@ class CandidateSession:
             if v.correctness is not None:
                 outcome.correctness = v.correctness
             outcome.latency = None
-            self._drop_worker()
+            self.drop_worker()
         except WorkerTimeout as e:
             outcome.status = EvaluationStatus.TIMEOUT
             outcome.log = f"time limit of {self.cfg.timeout:.0f} s per workload exceeded: {e}"
-            self._drop_worker()
+            self.drop_worker()
         except WorkerCrashed as e:
             if "reference worker" in str(e):
                 outcome.status, outcome.log = EvaluationStatus.INVALID_REFERENCE, str(e)
             else:
                 outcome.status, outcome.log = EvaluationStatus.RUNTIME_ERROR, str(e)
-            self._drop_worker()
+            self.drop_worker()
         return outcome
 
     def _left(self, deadline: float) -> float:
@@ -535,12 +551,13 @@ class CandidateSession:
             # the reference's timing pool and its calls' outputs
             self.cand(ReleaseRequest(), Done, deadline, "release")
         if cfg.time_reference:
-            ref_seeds = seeds
-            outcome.reference = self.guard.reference_timing(wl, False, ref_seeds, deadline, cfg)
+            outcome.reference = self.guard.reference_timing(
+                wl, False, seeds, deadline, cfg, one_sample=one, notes=outcome.notes
+            )
             if cfg.time_compiled_reference:
                 try:
                     outcome.compiled_reference = self.guard.reference_timing(
-                        wl, True, ref_seeds, deadline, cfg
+                        wl, True, seeds, deadline, cfg
                     )
                 except Verdict as v:  # the baseline failed, not the candidate
                     outcome.notes.append(f"no torch.compile baseline: {v.log[:500]}")
@@ -565,7 +582,8 @@ class CandidateSession:
         if lowered and self.cfg.strict_precision:
             raise hack("precision", f"reduced precision with --strict-precision: {lowered}")
 
-    def _drop_worker(self) -> None:
+    def drop_worker(self) -> None:
+        """Kill the session's worker (the next request starts a new one)."""
         if self.worker is not None:
             self.worker.kill()
             self.worker = None
