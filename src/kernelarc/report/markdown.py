@@ -2,8 +2,10 @@
 
 Covered: the handed-over solution and its per-workload results (latency, eager reference,
 speedup, fraction of the roofline bound where the run had one) or why there is none (none
-passed: then the failure most candidates share, ``failures.py``; or the run has not
-finished: then the best judged so far), its speedup over
+passed: then the failure most candidates share, ``failures.py``, or the reference's own
+error when it is broken; or the run has not finished: then the best judged so far), whether
+a candidate was significantly faster than the reference (else the reference is the
+solution), the workloads where the solution is slower than the reference, its speedup over
 torch.compile's baseline where the run judged that in full, each judged candidate in
 order, the conclusions grouped by agent, and the notable events. The text is built from a
 :class:`~kernelarc.report.trajectory.RunReport` only, so it can be tested without a run.
@@ -16,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kernelarc.maths import geomean
+from kernelarc.orchestration.finish import NO_GAIN
 from kernelarc.orchestration.judge import TIME_LIMIT
 from kernelarc.report.trajectory import RunReport
 
@@ -28,6 +31,11 @@ def _ms(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.4g}"
+
+
+def _quoted(text: str) -> str:
+    """``text`` fit for inline code: backticks replaced."""
+    return text.replace("`", "'")
 
 
 def _cell(text: object, limit: int = 120) -> str:
@@ -45,6 +53,14 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
 def _no_result(report: RunReport) -> list[str]:
     """Why there is no handed-over solution: none passed, or the run never got to choose."""
     ended = [e for e in report.notable if e["kind"] == "no_solution"]
+    broken = report.summary.get("reference_broken")
+    if broken:
+        return [
+            "**The reference is broken: it fails on every screened workload** "
+            f"(`{_quoted(broken)}`). The run stopped before judging other candidates: no "
+            "solution was handed over. "
+            "Fix the problem's reference (`kernelarc eval PROBLEM_DIR` runs it) and run again."
+        ]
     if ended:
         lines = ["**No solution passed the full protocol.** See the trajectory and events below."]
         if ended[-1].get("common_failure"):  # the failure most candidates shared
@@ -83,8 +99,23 @@ def _result(report: RunReport) -> list[str]:
     lines[0] += ")."
     if best.get("is_reference"):
         lines.append(
-            "No candidate beat the eager reference: the solution is the reference's own code."
+            f"**{NO_GAIN[0].upper()}{NO_GAIN[1:]}**: the solution is the reference's own code "
+            "(its reading away from 1× below is the measurement's noise)."
         )
+    else:
+        lines.append(
+            f"Handed over: `{report.best_id}` of agent `{best.get('agent')}`, "
+            f"{_x(best.get('speedup'))} over the eager reference as its hand-over judgement "
+            "read it" + (" (the confirmation)." if report.best_origin else ".")
+        )
+    slower = best.get("slower_workloads") or []
+    if slower:
+        named = ", ".join(
+            f"{', '.join(f'{k}={v}' for k, v in s['axes'].items()) or s['uuid']} "
+            f"({_x(s['speedup'])})"
+            for s in slower
+        )
+        lines.append(f"Slower than the reference on {len(slower)} workload(s): {named}.")
     wls = report.best_workloads
     ok = [w for w in wls if w.status == "PASSED" and w.latency_ms]
     speed = geomean([w.speedup for w in ok if w.speedup])

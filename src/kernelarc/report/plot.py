@@ -2,7 +2,8 @@
 
 One point per judged candidate (x: seconds since the run started, y: geomean speedup over
 the eager reference on a log scale, colour: its agent; hollow: screened only; a cross at
-the bottom: failed) and the search's best full-protocol score as a step line. Needs
+the bottom: failed), the search's best full-protocol score as a step line, and a star at
+the handed-over solution's own hand-over judgement (the reference at 1×: itself). Needs
 matplotlib (``pip install 'kernelarc[report]'``); without it :func:`draw` raises
 :class:`PlotUnavailable` naming the install, and the report says there is no picture.
 """
@@ -17,6 +18,21 @@ from kernelarc.report.trajectory import RunReport
 
 class PlotUnavailable(KernelArcError):
     """matplotlib is not installed."""
+
+
+def handed_over(report: RunReport) -> tuple[float, float, str] | None:
+    """Where the handed-over solution is marked (seconds, speedup, label): at its hand-over
+    judgement and the figure that judgement read; the reference at 1× (itself). None when
+    nothing was handed over."""
+    best = report.summary.get("best")
+    step = next((s for s in reversed(report.steps) if s.candidate_id == report.best_id), None)
+    if not best or step is None:
+        return None
+    if best.get("is_reference"):
+        return step.at_s, 1.0, "handed over: the reference (no significant gain)"
+    if not step.score:
+        return None
+    return step.at_s, step.score, f"handed over: {step.candidate_id} ({step.score:.2f}×)"
 
 
 def draw(report: RunReport, path: Path) -> Path:
@@ -56,7 +72,11 @@ def draw(report: RunReport, path: Path) -> Path:
         line = [(s.at_s, s.best_so_far) for s in steps if s.best_so_far]
         if line:
             ax.step([x for x, _ in line], [y for _, y in line], where="post", color="black",
-                    linewidth=1, label="best (full protocol)")  # fmt: skip
+                    linewidth=1, label="search's best (before the hand-over)")  # fmt: skip
+        mark = handed_over(report)
+        if mark is not None:
+            ax.scatter([mark[0]], [mark[1]], marker="*", s=260, color="gold",
+                       edgecolors="black", zorder=4, label=mark[2])  # fmt: skip
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         ax.set_yscale("log")
         ticks = FuncFormatter(lambda v, _: f"{v:g}×")
