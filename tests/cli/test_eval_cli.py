@@ -6,7 +6,10 @@ no traceback), ``-o traces.jsonl`` with one schema-valid trace per selected work
 PASSED, INCORRECT_NUMERICAL, COMPILE_ERROR and REWARD_HACK (correctness / performance
 present exactly as the status demands, workload uuids, ``REWARD_HACK[`` log prefix, the
 isolation level in every log), ``--json`` printing only trace lines on stdout, determinism of
-statuses and error figures across two runs, and ``--help`` listing the README's options.
+statuses and error figures across two runs, ``--help`` listing the README's options, a
+solution of another problem refused (exit 2) unless ``--force``, workload ids in the table
+that name one workload each, and ``-o`` keeping the traces judged before the command was
+killed.
 RUNTIME_ERROR and TIMEOUT traces, crashes, leftover processes, secrets, the network and the
 Python API are in ``test_guard_isolation.py``.
 
@@ -18,8 +21,12 @@ fixture; the tests (and the fixtures runs shared by several tests) wait for thei
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -30,6 +37,7 @@ from typing import Any
 import pytest
 from _shared import check_trace_lines, started_ahead, write_solution
 
+from kernelarc.cli.eval_cmd import short_ids
 from kernelarc.env import parent_environment
 from kernelarc.problem.loader import load_problem
 from kernelarc.problem.schema import Trace
@@ -109,6 +117,7 @@ def runs(
         "timer_patch": partial(
             _run_source, tmp("timer"), (DATA / "timer_patch.py").read_text(), "timer_patch"
         ),
+        "test_force_judges_a_solution_of_another_problem": partial(_run_forced, tmp("forced")),
         "test_markup_in_a_candidate_error_does_not_crash_the_cli": partial(
             run_eval,
             [str(EXAMPLE), "--solution", str(markup), *FAST[:2], "--workloads", "0"]
@@ -242,6 +251,106 @@ def test_markup_in_a_candidate_error_does_not_crash_the_cli(runs: dict[str, Futu
     run = runs["test_markup_in_a_candidate_error_does_not_crash_the_cli"].result()
     assert run.rc == 1 and "Traceback" not in run.stderr, run.describe()
     assert "bad [/x] tag" in run.stdout, run.describe()
+
+
+# ---------------------------------------------------------------- another problem's solution
+
+
+def _other_problems_solution(folder: Path) -> Path:
+    """The example's own PyTorch solution, saying it is for another problem."""
+    sol = json.loads((EXAMPLE / "solution_pytorch.json").read_text())
+    sol["definition"] = "some_other_problem"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "solution.json").write_text(json.dumps(sol))
+    return folder / "solution.json"
+
+
+def test_a_solution_of_another_problem_is_refused(tmp_path: Path) -> None:
+    sol = _other_problems_solution(tmp_path)
+    run = run_eval([str(EXAMPLE), "--solution", str(sol), *FAST], cwd=tmp_path)
+    assert run.rc == 2 and run.stdout == "", run.describe()
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), run.describe()
+    for fragment in ("'some_other_problem'", "'ka_rmsnorm_h512'", "--force"):
+        assert fragment in lines[0], run.describe()
+
+
+def _run_forced(tmp: Path) -> CliRun:
+    sol = _other_problems_solution(tmp)
+    return run_eval(
+        [str(EXAMPLE), "--solution", str(sol), *FAST[:2], "--workloads", "0", "--force"]
+        + ["--rounds", "1", "--warmup", "1", "--iterations", "3"]
+    )
+
+
+def test_force_judges_a_solution_of_another_problem(runs: dict[str, Future[Any]]) -> None:
+    run = runs["test_force_judges_a_solution_of_another_problem"].result()
+    assert run.rc == 0, run.describe()
+    assert "warning:" in run.stderr and "'some_other_problem'" in run.stderr, run.describe()
+
+
+# ---------------------------------------------------------------- workload ids
+
+
+def test_short_ids_are_unique_prefixes_of_at_least_8_characters() -> None:
+    uuids = [w.uuid for w in load_problem(EXAMPLE).workloads]
+    ids = short_ids(uuids)
+    assert len(set(ids.values())) == len(uuids)
+    for uuid, wid in ids.items():
+        assert len(wid) >= 8 and uuid.startswith(wid)
+        assert [u for u in uuids if u.startswith(wid)] == [uuid]
+    assert ids["ka-rms512-b0001-5d0c1f3e"] == "ka-rms512-b0001"
+    # short uuids are printed whole; a uuid that begins another is printed whole, and the
+    # other one character further
+    assert short_ids(["abc", "abd"]) == {"abc": "abc", "abd": "abd"}
+    assert short_ids(["abcdefgh", "abcdefghij"]) == {
+        "abcdefgh": "abcdefgh",
+        "abcdefghij": "abcdefghi",
+    }
+    # an all-digit prefix would read as an index: longer
+    assert short_ids(["123456789-a", "223456789-b"])["123456789-a"] == "123456789-"
+
+
+def test_the_table_names_each_workload_by_a_unique_id(numerics: list[CliRun]) -> None:
+    text = numerics[0].stdout
+    for uuid in UUIDS:
+        assert f" {uuid[:15]} " in text, numerics[0].describe()
+    assert UUIDS[0][:15] != UUIDS[1][:15]
+
+
+# ---------------------------------------------------------------- -o as the run goes
+
+
+def test_traces_are_written_as_judged_and_kept_when_the_command_is_killed(
+    tmp_path: Path,
+) -> None:
+    """Workload 1 passes, then workload 0 hangs (``hang_first.py``, limit 300 s): its trace
+    is in the -o file while the command still runs, and stays there after a SIGKILL."""
+    sol = write_solution(tmp_path / "sol", (DATA / "hang_first.py").read_text(), "hang_first")
+    out = tmp_path / "traces.jsonl"
+    cmd = [sys.executable, "-m", "kernelarc.cli.main", "eval", str(EXAMPLE), "--solution"]
+    cmd += [str(sol), *FAST[:2], "--workloads", "1,0", *FAST[4:], "--timeout", "300"]
+    cmd += ["-o", str(out)]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            if out.exists() and out.read_text().endswith("\n"):
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, f"the command ended (rc {proc.returncode}) before the hang"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    lines = out.read_text().splitlines() if out.exists() else []
+    check_trace_lines(lines, [UUIDS[1]], ["PASSED"], f"-o file: {lines}")
 
 
 # ---------------------------------------------------------------- numerics, determinism

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -12,10 +13,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelarc.guard.config import GuardConfig
-from kernelarc.guard.evaluator import Guard
+from kernelarc.guard.evaluator import NOT_RUN, Guard
 from kernelarc.guard.footprint import device_warnings
 from kernelarc.maths import geomean
 from kernelarc.problem.loader import load_problem, load_solution
+from kernelarc.problem.schema import Trace
 from kernelarc.roofline.bounds import workload_bounds
 from kernelarc.roofline.score import sol_score
 
@@ -24,6 +26,57 @@ def _fmt_ms(v: float | None) -> str:
     if v is None:
         return "-"
     return f"{v * 1000:.1f} µs" if v < 1 else f"{v:.3f} ms"
+
+
+#: Printed workload ids are at least this long (or the whole uuid).
+MIN_ID_CHARS = 8
+
+
+def short_ids(uuids: Sequence[str], min_chars: int = MIN_ID_CHARS) -> dict[str, str]:
+    """Each uuid's printed id: the shortest prefix length, at least ``min_chars``, at which
+    every uuid's prefix names it alone (as ``--workloads PREFIX`` reads it: no other uuid
+    starts with it, and it is not all digits, which reads as an index), or the whole
+    uuid."""
+    longest = max((len(u) for u in uuids), default=0)
+
+    def names_one(prefix: str, uuid: str) -> bool:
+        if prefix == uuid:
+            return True
+        if prefix.isascii() and prefix.isdigit():
+            return False
+        return sum(1 for u in uuids if u.startswith(prefix)) == 1
+
+    for n in range(min_chars, longest + 1):
+        ids = {u: u[:n] for u in uuids}
+        if all(names_one(p, u) for u, p in ids.items()):
+            return ids
+    return {u: u for u in uuids}
+
+
+class _TraceWriter:
+    """Writes each trace as a JSON line as soon as its workload is judged, flushed, to the
+    ``-o`` file (created at the first trace) and, with ``--json``, to stdout: a run killed
+    midway keeps what was judged."""
+
+    def __init__(self, output: Path | None, as_json: bool) -> None:
+        self.output, self.as_json = output, as_json
+        self._file: IO[str] | None = None
+
+    def __call__(self, trace: Trace) -> None:
+        line = trace.model_dump_json() + "\n"
+        if self.output is not None:
+            if self._file is None:
+                self.output.parent.mkdir(parents=True, exist_ok=True)
+                self._file = open(self.output, "w")
+            self._file.write(line)
+            self._file.flush()
+        if self.as_json:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
 
 
 def _bounds(
@@ -56,7 +109,8 @@ def eval_command(
         ),
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="write the trace JSONL here")
+        Path | None,
+        typer.Option("-o", "--output", help="write the trace JSONL here, each as judged"),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print traces as JSON lines")] = False,
     strict_precision: Annotated[
@@ -88,6 +142,10 @@ def eval_command(
             "baseline and bound from metadata.json)"
         ),
     ] = "eager",
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="judge a solution written for another problem"),
+    ] = False,
 ) -> None:
     """Judge SOLUTION on PROBLEM_DIR: correctness (official rules and extra defences),
     timing, reward-hack checks. Exit code 0 only when every workload passed."""
@@ -112,6 +170,7 @@ def eval_command(
         profile,
         cupti,
         baseline,
+        force,
         err,
     )
     raise typer.Exit(code)
@@ -134,15 +193,22 @@ def _run(
     profile: str | None,
     cupti: str,
     baseline: str,
+    force: bool,
     err: Console,
 ) -> int:
     problem = load_problem(problem_dir)
     sol = load_solution(solution_path)
     if sol.definition != problem.definition.name:
-        err.print(
-            f"[yellow]warning:[/] solution is for {sol.definition!r}, problem is "
+        mismatch = (
+            f"{solution_path} is a solution of {sol.definition!r}, not of "
             f"{problem.definition.name!r}"
         )
+        if not force:
+            err.print(
+                f"[red]error:[/] {escape(mismatch)}: judge it on its own problem, or pass --force"
+            )
+            return 2
+        err.print(f"[yellow]warning:[/] {escape(mismatch)} (judged anyway: --force)")
     chosen = problem.select(workloads) if workloads else list(problem.workloads)
     for note in problem.notes:
         err.print(f"[dim]note: {escape(note)}[/]")
@@ -166,28 +232,31 @@ def _run(
         )
         for w in device_warnings(problem.definition, chosen, guard.device):
             err.print(f"[yellow]{escape(w)}[/]")
-        result = guard.evaluate(sol, chosen)
+        writer = _TraceWriter(output, as_json)
+        try:
+            result = guard.evaluate(sol, chosen, on_trace=writer)
+        finally:
+            writer.close()
         dev = guard.device
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        with open(output, "w") as f:
-            for t in result.traces:
-                f.write(t.model_dump_json() + "\n")
-    if as_json:
-        for t in result.traces:
-            sys.stdout.write(t.model_dump_json() + "\n")
-    else:
+    if not as_json:
         bounds = _bounds(problem, chosen, dev, profile, err)
         scores = _scores(problem, result, bounds, baseline, err)
         out = Console()
         if not out.is_terminal:
             out = Console(width=160)
-        _table(result, bounds, scores, baseline, out)
+        ids = short_ids([w.uuid for w in problem.workloads])
+        _table(result, bounds, scores, baseline, ids, out)
     passed = sum(1 for t in result.traces if t.evaluation and t.evaluation.status.value == "PASSED")
     err.print(
         f"{passed}/{len(result.traces)} workloads passed in {result.wall_s:.1f} s "
         f"(phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.phases_s.items()) + ")"
     )
+    skipped = sum(1 for o in result.outcomes if o.log.startswith(NOT_RUN))
+    if skipped:
+        err.print(
+            f"{skipped} workloads not run: {escape(result.stopped_early or '')} (a solution "
+            "that hangs is judged on one time limit, not one per workload)"
+        )
     if output is not None:
         err.print(f"traces written to {output}")
     return 0 if result.all_passed else 1
@@ -229,7 +298,12 @@ def _scores(
 
 
 def _table(
-    result: Any, bounds: dict[str, float], scores: dict[str, float], baseline: str, console: Console
+    result: Any,
+    bounds: dict[str, float],
+    scores: dict[str, float],
+    baseline: str,
+    ids: dict[str, str],
+    console: Console,
 ) -> None:
     table = Table(title=f"{result.solution}")
     for col in (
@@ -264,7 +338,7 @@ def _table(
         c = e.correctness
         table.add_row(
             str(i),
-            trace.workload.uuid[:13],
+            ids.get(trace.workload.uuid, trace.workload.uuid),
             " ".join(f"{k}={v}" for k, v in trace.workload.axes.items()),
             f"[{color}]{escape(status)}[/]",
             _fmt_ms(lat),
@@ -280,7 +354,8 @@ def _table(
         e = trace.evaluation
         if e.status.value != "PASSED":
             first = e.log.strip().splitlines()[0] if e.log.strip() else ""
-            head = escape(f"{trace.workload.uuid[:13]} {e.status.value}")
+            wid = ids.get(trace.workload.uuid, trace.workload.uuid)
+            head = escape(f"{wid} {e.status.value}")
             console.print(f"[red]{head}[/]: {escape(first[:300])}")
     gm = geomean(speedups)
     if gm is not None:
