@@ -120,8 +120,10 @@ def test_when_two_calls_outputs_crowd_the_device_the_last_alone_is_judged(
     timed calls' RMSNorm outputs crowd (as L2 025's 24 GiB of gradients crowd an 80 GB
     H100): then the time request says ``one_sample``, the candidate's worker judges its
     last timed call alone, keeps no inputs for the re-check, and is told to let go of its
-    outputs before the reference is timed. A legitimate solution passes either way; the
-    cheat that replays its last answer is still caught on its last timed call."""
+    outputs before the reference is timed; the reference's timing worker gets the same
+    ``one_sample`` and lets go of its outputs after its timing. A legitimate solution passes
+    either way; the cheat that replays its last answer is still caught on its last timed
+    call."""
     from kernelarc.guard import isolation
     from kernelarc.guard.messages import Request
 
@@ -131,7 +133,7 @@ def test_when_two_calls_outputs_crowd_the_device_the_last_alone_is_judged(
 
     def spy(self: isolation.WorkerProcess, msg: Request, timeout: float) -> dict:
         reply = request(self, msg, timeout)
-        sent.append((msg.op, {"msg": msg, "reply": reply, "role": self.role}))
+        sent.append((msg.op, {"msg": msg, "reply": reply, "role": self.role, "w": self}))
         return reply
 
     monkeypatch.setattr(isolation.WorkerProcess, "request", spy)
@@ -143,12 +145,17 @@ def test_when_two_calls_outputs_crowd_the_device_the_last_alone_is_judged(
     crowded = memory is not None
     with Guard(problem, cfg) as guard:
         ok = guard.evaluate(legit, workloads=wl).traces[0].evaluation
-        timed = [x for op, x in sent if op == "time" and x["role"] == "candidate"]
-        releases = [op for op, _ in sent if op == "release"]
+        # the reference is timed in a candidate worker of its own, which then releases too
+        timer = {id(x["w"]) for op, x in sent if op == "time" and x["msg"].exchange_dir
+                 and x["msg"].exchange_dir.endswith("reference-timing")}  # fmt: skip
+        timed = [x for op, x in sent if op == "time" and id(x["w"]) not in timer]
+        ref_timed = [x for op, x in sent if op == "time" and id(x["w"]) in timer]
+        releases = [op for op, x in sent if op == "release" and id(x["w"]) not in timer]
         sent.clear()
         bad = guard.evaluate(cheat, workloads=wl).traces[0].evaluation
     assert ok is not None and ok.status.value == "PASSED", ok and ok.log
     assert len(timed) == 1 and timed[0]["msg"].one_sample is crowded
+    assert len(ref_timed) == 1 and ref_timed[0]["msg"].one_sample is crowded
     assert timed[0]["reply"]["one_sample"] is crowded
     assert len(timed[0]["reply"]["sampled"]) == (1 if crowded else 2)
     assert releases == (["release"] if crowded else [])
