@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from click.core import ParameterSource
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
@@ -213,11 +212,10 @@ def optimize_command(
     """Search for a faster, verified solution of PROBLEM_DIR with several agents under a
     fixed candidate budget. Writes the run directory (store, traces, best/solution.json)."""
     err = console(stderr=True)
-    given = {
+    given = {  # by the source's name: typer ships its own copy of click's enum
         name
         for name in ctx.params
-        if ctx.get_parameter_source(name)
-        in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+        if getattr(ctx.get_parameter_source(name), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
     }
     summary = _optimize(
         problem_dir,
@@ -430,12 +428,16 @@ def _refuse_changes(asked: RunConfig, run: RunConfig, given: set[str]) -> None:
 
 def _finished(store: SQLiteStore) -> str | None:
     """Why the run in ``store`` is over (its search stopped for good and its end handed
-    over a result), or None when resuming it has something left to do."""
+    over a result without a stop signal cutting it), or None when resuming it has
+    something left to do."""
     stops = store.events("search_stopped")
     if not stops or stops[-1].payload.get("reason") not in FINISHED_REASONS:
         return None
+    after = stops[-1].seq
+    if any(e.seq > after for e in store.events("interrupted")):
+        return None  # its end was cut short (not composed or confirmed): resuming ends it
     ends = [e for kind in ("best", "no_solution") for e in store.events(kind)]
-    if not any(e.seq > stops[-1].seq for e in ends):
+    if not any(e.seq > after for e in ends):
         return None
     return str(stops[-1].payload["reason"])
 

@@ -71,6 +71,7 @@ class RunConfig(BaseModel):
     def _independent(self) -> RunConfig:
         if self.independent:
             self.memory = self.board = self.drafting = False
-        if len(set(self.agents)) != len(self.agents):
-            raise ValueError(f"agent names repeat: {self.agents}")
+        repeated = sorted({n for n in self.agents if self.agents.count(n) > 1})
+        if repeated:
+            raise ValueError(f"agent name(s) given twice: {', '.join(repeated)}; give each once")
         return self
