@@ -53,8 +53,9 @@ class RunConfig(BaseModel):
     the best incumbent there."""
     compose: bool = True
     reference_fallback: bool = True
-    """When the chosen solution is slower than eager, judge the reference itself in full and
-    return it instead if it is significantly faster (see ``finish``)."""
+    """Unless the chosen solution is significantly faster than eager
+    (``judge.beats_reference``), judge the reference itself in full and hand it over
+    instead (see ``finish``)."""
     workloads: list[str] | None = Field(default=None, min_length=1)
     """The uuids of the workloads the run judges (``--workloads``); None: all the problem's.
     A solution found on a subset is verified on that subset only."""
