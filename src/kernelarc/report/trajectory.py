@@ -30,6 +30,7 @@ NOTABLE = (
     "fallback",
     "propose_error",
     "no_solution",
+    "reference_broken",
     "resumed",
     "interrupted",
 )
