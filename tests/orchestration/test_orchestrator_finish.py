@@ -239,11 +239,16 @@ def test_a_stop_signal_while_the_composition_is_planned_waits_for_the_next_judge
     orch.events.sigint.install()
     try:
         orch.finisher.finish()
-        kinds = [(e.kind, e.payload.get("during")) for e in store.events()[-3:]]
+        kinds = [(e.kind, e.payload.get("during")) for e in store.events()[-4:]]
     finally:
         orch.events.sigint.uninstall()
         store.close()
-    assert kinds == [("composition_skipped", None), ("best", None), ("interrupted", "handover")]
+    assert kinds == [
+        ("composition_skipped", None),
+        ("best", None),
+        ("finished", None),
+        ("interrupted", "handover"),
+    ]
 
 
 def test_each_stage_says_where_its_time_went(compose_run: Search) -> None:
