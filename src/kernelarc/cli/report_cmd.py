@@ -16,7 +16,12 @@ def report_command(
     run_dir: Annotated[Path, typer.Argument(help="a run directory of `kernelarc optimize`")],
     output: Annotated[
         Path | None,
-        typer.Option("-o", "--output", help="the Markdown file (default: RUN_DIR/report.md)"),
+        typer.Option(
+            "-o",
+            "--output",
+            help="the Markdown file (default: RUN_DIR/report.md); its picture goes "
+            "beside it, X.md -> X.png (default: RUN_DIR/trajectory.png)",
+        ),
     ] = None,
 ) -> None:
     """Write a run's report: the solution and its per-workload results, every judged
