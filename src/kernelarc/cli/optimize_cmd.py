@@ -333,6 +333,11 @@ def _optimize(
             asked = config
             config = RunConfig.model_validate(store.open_run(config.model_dump(mode="json")))
             _refuse_changes(asked, config, given or set())
+            if chosen is not None and chosen != config.workloads:
+                err.print(
+                    "[yellow]--workloads is not this run's: a resumed run judges the workloads "
+                    "it started with[/]"
+                )
             finished = _finished(store)
             if finished is not None:
                 err.print(
@@ -343,11 +348,6 @@ def _optimize(
             err.print(
                 f"resuming {run_dir} (budget {config.budget}, agents {','.join(config.agents)})"
             )
-            if chosen is not None and chosen != config.workloads:
-                err.print(
-                    "[yellow]--workloads is not this run's: a resumed run judges the workloads "
-                    "it started with[/]"
-                )
         config = _seed_config(config, bool(seeds), resume)
         problem = _narrowed(problem, config.workloads, err)
         agents = make_agents([n for n in config.agents if n != SEED_AGENT])
