@@ -408,6 +408,7 @@ README_OPTIONS = (
     "--strict-precision",
     "--compile-baseline",
     "--profile",
+    "--force",
 )
 
 
