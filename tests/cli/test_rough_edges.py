@@ -159,6 +159,16 @@ def test_resume_of_a_finished_run_judges_nothing_and_prints_its_status(
     assert _events(run_dir) == before
 
 
+def test_resume_of_another_problems_run_is_refused(example: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    before = _finished_run(example, run_dir)
+    other = example.parent / "gemm_small"
+    args = ["optimize", str(other), "--run-dir", str(run_dir), "--resume"]
+    line = _one_error_line(runner.invoke(app, args))
+    assert "holds a run of 'ka_rmsnorm_h512'" in line, line
+    assert _events(run_dir) == before
+
+
 def test_problem_discovery_follows_symlinked_folders_without_looping(
     example: Path, tmp_path: Path
 ) -> None:

@@ -332,6 +332,11 @@ def _optimize(
         if resume:  # a resumed run keeps its own configuration
             asked = config
             config = RunConfig.model_validate(store.open_run(config.model_dump(mode="json")))
+            if config.definition != asked.definition:
+                raise KernelArcError(
+                    f"{run_dir} holds a run of {config.definition!r}, not "
+                    f"{asked.definition!r}: use another --run-dir"
+                )
             _refuse_changes(asked, config, given or set())
             if chosen is not None and chosen != config.workloads:
                 err.print(
