@@ -7,7 +7,7 @@ hangs (time limit), one whose only workload needs terabytes (skipped before runn
 one whose definition does not load. Checked: JSON field names, status, category and reason
 per problem, exit codes 0/1/2, the table and its per-subset summary, and the sample
 selection. Not covered: CUDA devices, out-of-memory kills (the CPU machine is shared).
-The two surveys of the tree run at once.
+The two surveys of the tree run at once, and the usage errors are checked meanwhile.
 """
 
 from __future__ import annotations
@@ -136,11 +136,22 @@ def surveys(
             cli, str(tree), "--device", "cpu", "--workloads", "smallest", "--json",
             "--timeout", "8",
         ),
-        "test_table_of_one_subset_and_usage_errors": partial(
+        "test_table_of_one_subset": partial(
             cli, str(tree), "--device", "cpu", "--subset", "L1", "--workloads", "sample"
         ),
     }  # fmt: skip
     yield from started_ahead(request, jobs)
+
+
+def test_usage_errors(
+    tree: Path, surveys: dict[str, Future[subprocess.CompletedProcess[str]]]
+) -> None:
+    """Exit code 2 before any survey; run while the two surveys (started by asking for
+    ``surveys``, not awaited here) are under way."""
+    for bad in (["--workloads", "some"], ["--device", "tpu"], ["--subset", "L9"]):
+        got = cli(str(tree), *bad)
+        assert got.returncode == 2, (bad, got.stdout[-500:], got.stderr[-500:])
+    assert cli(str(tree / "nowhere")).returncode == 2
 
 
 def test_json_over_a_small_tree(
@@ -171,17 +182,13 @@ def test_json_over_a_small_tree(
     assert "FlashInfer-Bench: 1/2 ok" in proc.stderr and "7 problems, 2 ok" in proc.stderr
 
 
-def test_table_of_one_subset_and_usage_errors(
-    tree: Path, surveys: dict[str, Future[subprocess.CompletedProcess[str]]]
+def test_table_of_one_subset(
+    surveys: dict[str, Future[subprocess.CompletedProcess[str]]],
 ) -> None:
-    proc = surveys["test_table_of_one_subset_and_usage_errors"].result()
+    proc = surveys["test_table_of_one_subset"].result()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "ka_rmsnorm_h512" in proc.stdout and "3/3" in proc.stdout
     assert "Summary by subset" in proc.stdout and "toy_" not in proc.stdout
-    for bad in (["--workloads", "some"], ["--device", "tpu"], ["--subset", "L9"]):
-        got = cli(str(tree), *bad)
-        assert got.returncode == 2, (bad, got.stdout[-500:], got.stderr[-500:])
-    assert cli(str(tree / "nowhere")).returncode == 2
 
 
 def test_sample_is_smallest_median_largest() -> None:
