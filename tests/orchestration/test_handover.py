@@ -15,6 +15,7 @@ from orchestration.test_loop_fast import PROBLEM, SMALL, Run, composed_or_refere
 
 from kernelarc.orchestration.confirm import CONFIRMER
 from kernelarc.orchestration.finish import FALLBACK, NO_GAIN, run_status
+from kernelarc.problem.reference import reference_solution
 from kernelarc.proposers.scripted import ScriptedAgent
 from kernelarc.store.memory import MemoryStore
 
@@ -138,3 +139,25 @@ def _dead_pid() -> int:
         os._exit(0)
     os.waitpid(pid, 0)
     return pid
+
+
+def test_a_reference_whose_own_code_fails_stops_the_run_after_it(tmp_path: Path) -> None:
+    """The reference raises in the candidate's worker (a candidate built on it fails the
+    same way, before the guard's reference runs): after the first failure, the reference's
+    own proposal is judged next, screened on every screened workload, and stops the run."""
+    ref_name = f"{PROBLEM.definition.name}-reference"
+
+    def verdict(solution: object, wl: object) -> str:
+        return "RUNTIME_ERROR"
+
+    guard = fake(verdict=verdict)
+    a = ScriptedAgent([rms("x1"), rms("x2"), rms("x3")], name="A")
+    ref = reference_solution(PROBLEM.definition, agent="R", description="the reference")
+    r = ScriptedAgent([ref], name="R")
+    run = Run(tmp_path, [a, r], guard, budget=4).run()
+    info = run.describe()
+    assert guard.judged() == ["rms_x1", ref_name], info
+    screened = [w.uuid for w in run.orch.judge.screen_set]
+    assert guard.calls[1].workloads == screened, info
+    assert run.stopped() == "the reference is broken", info
+    assert run.summary["reference_broken"] == "RUNTIME_ERROR (scripted)", run.summary

@@ -53,6 +53,7 @@ from kernelarc.orchestration.crowding import (
 )
 from kernelarc.problem.inputs import estimate_input_bytes
 from kernelarc.problem.loader import Problem
+from kernelarc.problem.reference import reference_solution
 from kernelarc.problem.schema import EvaluationStatus, Solution, Workload
 
 
@@ -193,13 +194,19 @@ def _gain(new: WorkloadResult, old: WorkloadResult) -> float:
     return old.latency_ms / new.latency_ms
 
 
-def reference_broken(per_workload: Sequence[WorkloadResult], n_screened: int) -> str | None:
-    """The first line of the reference's own error when a screening found it failing
-    (``INVALID_REFERENCE``) on every one of the ``n_screened`` screened workloads (a
-    screening goes on past such a failure: ``Judge._run``); None otherwise. Then no
-    candidate can be verified, whatever it is. Not covered: a reference that fails only on
-    workloads outside the screened ones (``failures.common_failure`` names those)."""
-    bad = [r for r in per_workload if r.status == EvaluationStatus.INVALID_REFERENCE.value]
+def reference_broken(
+    per_workload: Sequence[WorkloadResult], n_screened: int, itself: bool = False
+) -> str | None:
+    """The first line of the reference's own error when a screening found it failing on
+    every one of the ``n_screened`` screened workloads: the guard's reference failed
+    (``INVALID_REFERENCE``), or, ``itself``, the screened solution is the reference's own
+    code and failed (a screening goes on past such failures: ``Judge._run``); None
+    otherwise. Then no candidate can be verified, whatever it is. Not covered: a reference
+    that fails only on workloads outside the screened ones (``failures.common_failure``
+    names those), or one found broken only by candidates built on it (they fail first, in
+    the candidate's worker: the reference's own candidate then tells)."""
+    failed = {EvaluationStatus.INVALID_REFERENCE.value}
+    bad = [r for r in per_workload if r.status in failed or (itself and r.status != "PASSED")]
     if not per_workload or len(bad) < n_screened or len(bad) != len(per_workload):
         return None
     lines = [line.strip() for line in bad[0].log.strip().splitlines() if line.strip()]
@@ -245,6 +252,11 @@ class Judge:
         sizes = [estimate_input_bytes(guard.problem.definition, w) for w in wls]
         self.screen_set = screening_set(wls, sizes, config.screen_workloads)
         self.all = wls
+        self.reference_hash = reference_solution(
+            guard.problem.definition, agent="reference", description=""
+        ).content_hash()
+        """The content hash of the problem's reference as a solution: a candidate with it
+        is the reference's own code, screened past its failures (``reference_broken``)."""
         self.retime_full = guard.device == "cpu"
         """Whether full stages time the reference again too (screenings always do). On the
         CPU, yes: timings there drift within a run (docs/GUARD.md) and re-timing is cheap; on
@@ -266,11 +278,12 @@ class Judge:
         screening: bool = False,
     ) -> EvalResult:
         factor = self.config.hopeless_factor
+        itself = solution.content_hash() == self.reference_hash
 
         def stop(o: WorkloadOutcome) -> str | None:
             if self.out_of_time():
                 return TIME_LIMIT
-            if screening and o.status is EvaluationStatus.INVALID_REFERENCE:
+            if screening and (itself or o.status is EvaluationStatus.INVALID_REFERENCE):
                 return None  # the reference's own failure: screen on, to tell a broken one
             if o.status.value != "PASSED":
                 return f"{o.status.value} on workload {o.workload.uuid}"

@@ -86,6 +86,7 @@ class Orchestrator:
             self.executor,
             n_workloads=len(problem.workloads),
             n_screened=len(self.judge.screen_set),
+            reference_hash=self.judge.reference_hash,
         )
         final = FinalJudge(guard, config, bounds, self.clock, store, run_dir)
         self.finisher = Finisher(problem, config, self.state, self.clock, self.events, final)
@@ -355,7 +356,8 @@ class Orchestrator:
             },
         )
         self._observe(name, final, store_conclusion=True)
-        error = reference_broken(screened.per_workload, len(self.judge.screen_set))
+        itself = record.content_hash == self.judge.reference_hash
+        error = reference_broken(screened.per_workload, len(self.judge.screen_set), itself)
         if error is not None and state.reference_broken is None:
             state.reference_broken = error
             self.events.log(

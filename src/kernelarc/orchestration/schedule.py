@@ -83,10 +83,13 @@ class Scheduler:
         executor: Executor,
         n_workloads: int,
         n_screened: int,
+        reference_hash: str | None = None,
     ) -> None:
         self.state, self.config, self.clock, self.events = state, config, clock, events
         self.agents, self.executor = agents, executor
         self.n_workloads, self.n_screened = n_workloads, n_screened
+        self.reference_hash = reference_hash
+        """The content hash of the problem's reference as a solution (``checks_reference``)."""
 
     def gather_first_round(self, inflight: Inflight, done: set[Future[Any]]) -> set[Future[Any]]:
         """``done`` and every other proposal in ``inflight`` that becomes ready within the
@@ -150,19 +153,20 @@ class Scheduler:
 
     def judging_order(self, name: str, fut: Future[Any], ready_at: float) -> tuple[Any, ...]:
         """Sort key of a ready proposal. A failed or empty one comes first: telling it costs
-        nothing, and its agent (one that waits for the board, say) is asked again sooner.
-        Without a time limit: its priority (the proposal's own when it sets one, else its
-        agent's), then the agents' order. Under one, an expensive proposal (``expensive``)
-        first yields to the cheap ones until the judging done since it became ready has
-        taken ``DEFER_SHARE`` of the limit: cheap wins are measured before a costly
-        judgement, which still comes (never starved by an agent that proposes again at
-        once). Then a proposal built on the board's best incumbent of *another* agent (its
-        parent) goes first: combining the best found so far is likelier to win than one more
-        variant of an agent's own line. Then agents take turns (fewest candidates judged
-        first), then priority, then who was ready first. A proposal built on that best is
-        not deferred: it is the likeliest win, and each cheap one judged before it eats the
+        nothing, and its agent (one that waits for the board, say) is asked again sooner. Then the
+        reference's own code when a candidate failed and none passed yet (``checks_reference``).
+        Without a time limit: its priority (the proposal's own when it sets one, else its agent's),
+        then the agents' order. Under one, an expensive proposal (``expensive``) first yields to the
+        cheap ones until the judging done since it became ready has taken ``DEFER_SHARE`` of the
+        limit: cheap wins are measured before a costly judgement, which still comes (never starved
+        by an agent that proposes again at once). Then a proposal built on the board's best
+        incumbent of *another* agent (its parent) goes first: combining the best found so far is
+        likelier to win than one more variant of an agent's own line. Then agents take turns (fewest
+        candidates judged first), then priority, then who was ready first. A proposal built on that
+        best is not deferred: it is the likeliest win, and each cheap one judged before it eats the
         time its full evaluation needs."""
         proposal = fut.result() if fut.exception() is None else None
+        first = not self.checks_reference(proposal)
         priority = self.agents[name].priority
         if isinstance(proposal, Proposal) and proposal.priority is not None:
             priority = proposal.priority
@@ -170,18 +174,33 @@ class Scheduler:
         to_judge = isinstance(proposal, Proposal)  # False first: nothing to judge
         limit = self.config.time_limit_s
         if limit is None:
-            return (to_judge, -priority, index)
+            return (to_judge, first, -priority, index)
         on_best = self.builds_on_best(name, fut)
         slow = isinstance(proposal, Proposal) and self.expensive(name, proposal)
         deferred = slow and not on_best and self.state.told_s - ready_at < DEFER_SHARE * limit
         return (
             to_judge,
+            first,
             deferred,
             not on_best,
             self.state.per_agent.get(name, 0),
             -priority,
             ready_at,
             index,
+        )
+
+    def checks_reference(self, proposal: object) -> bool:
+        """Whether ``proposal`` is the reference's own code and should be judged before the
+        other ready proposals: a candidate has failed and none has passed yet, so the
+        reference may be broken, and its own screening tells (``judge.reference_broken``)
+        before the budget goes to candidates that cannot be verified."""
+        state = self.state
+        return (
+            isinstance(proposal, Proposal)
+            and self.reference_hash is not None
+            and proposal.solution.content_hash() == self.reference_hash
+            and not state.results
+            and any(state.feedback.values())
         )
 
     def warn_if_full_too_slow(
