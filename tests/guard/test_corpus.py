@@ -11,10 +11,10 @@ failures (crash, segfault, timeout, wrong values/shape/dtype, compile errors), a
 but unusual solutions that must pass without a false alarm. The parent environment carries
 a fake OPENAI_API_KEY so that a candidate can check that secrets do not reach it.
 
-The verdicts of the files a session selects are judged up front, ``LANES`` (``_shared``) at
-a time, each lane with guards and workers of its own (as a loaded machine would run them:
-no file comes near its time limit but the ones that hang); each test then checks its own
-file's verdict.
+The verdicts of the files a session selects are judged in the background from the first
+test on, ``LANES`` (``_shared``) at a time, each lane with guards and workers of its own (as
+a loaded machine would run them: no file comes near its time limit but the ones that hang);
+each test waits for its own file's verdict and checks it.
 
 Not covered: timing figures, the SOL score. Files marked ``needs: cuda`` only run with a
 GPU (device ``cuda``); everything else runs on CPU.
@@ -29,6 +29,7 @@ import queue
 import re
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -192,7 +193,7 @@ def test_parse_header_rejects_bad_headers(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- through the guard
 
 GuardGetter = Callable[..., tuple[Any, Any]]
-Verdicts = dict[str, Any]
+Verdicts = dict[str, Future[Any]]
 
 
 @pytest.fixture(scope="module")
@@ -273,48 +274,55 @@ def _job(item: pytest.Item) -> Job | None:
 
 
 @pytest.fixture(scope="module")
-def verdicts(request: pytest.FixtureRequest, guards: GuardGetter) -> Verdicts:
+def verdicts(request: pytest.FixtureRequest, guards: GuardGetter) -> Iterator[Verdicts]:
     """The guard's result (or the error it raised) for every test of this module in the
-    session, by node id: judged ``LANES`` at once. The jobs of the guard most of them need
-    are shared by every lane; those of each other guard go to one lane (whose guard then
-    starts once), before it takes shared ones. A test missing here (none should be) judges
-    its file itself."""
+    session, by node id, as a future: judged in the background, ``LANES`` at once, while
+    each test waits for its own (so the time limit of each test covers its own wait, not
+    the whole corpus). The jobs of the guard most of them need are shared by every lane;
+    those of each other guard go to one lane (whose guard then starts once), before it takes
+    shared ones. The fixture's end stops the lanes taking new jobs and waits for them. A
+    test missing here (none should be) judges its file itself."""
     here = request.node.path
-    jobs: dict[tuple[Any, ...], list[tuple[str, Job]]] = {}
+    jobs: dict[tuple[Any, ...], list[tuple[Future[Any], Job]]] = {}
+    results: Verdicts = {}
     for item in request.session.items:
         job = _job(item) if item.path == here else None
         if job is not None:
             key = (job.problem, job.device, job.timeout, job.strict)
-            jobs.setdefault(key, []).append((item.nodeid, job))
+            results[item.nodeid] = Future()
+            jobs.setdefault(key, []).append((results[item.nodeid], job))
     by_size = sorted(jobs.values(), key=len, reverse=True)
-    queues: list[queue.Queue[tuple[str, Job]]] = [queue.Queue() for _ in range(LANES + 1)]
+    queues: list[queue.Queue[tuple[Future[Any], Job]]] = [queue.Queue() for _ in range(LANES + 1)]
     for n, group in enumerate(by_size):  # queues[LANES]: shared
         for entry in group:
             queues[LANES if n == 0 else (n - 1) % LANES].put(entry)
-    results: Verdicts = {}
+    done = threading.Event()
 
     def lane(i: int) -> None:
-        while True:
+        while not done.is_set():
             try:
-                nodeid, job = queues[i].get_nowait()
+                future, job = queues[i].get_nowait()
             except queue.Empty:
                 try:
-                    nodeid, job = queues[LANES].get_nowait()
+                    future, job = queues[LANES].get_nowait()
                 except queue.Empty:
                     return
             try:
                 problem, guard = guards(job.problem, job.device, job.timeout, job.strict, i)
                 workloads = _smallest_workloads(problem)
-                results[nodeid] = guard.evaluate(job.solution, workloads=workloads)
+                future.set_result(guard.evaluate(job.solution, workloads=workloads))
             except Exception as e:  # the test raises it
-                results[nodeid] = e
+                future.set_exception(e)
 
     threads = [threading.Thread(target=lane, args=(i,)) for i in range(LANES)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
-    return results
+    try:
+        yield results
+    finally:
+        done.set()
+        for t in threads:
+            t.join()
 
 
 def _smallest_workloads(problem: Any, n: int = 2) -> list[Any]:
@@ -343,7 +351,7 @@ def _judge(
     guards: GuardGetter,
     solution: Solution,
     *,
-    judged: Any,
+    judged: Future[Any] | None,
     problem_name: str,
     device: str,
     timeout: float,
@@ -353,14 +361,14 @@ def _judge(
     what: str,
     triton: bool,
 ) -> None:
-    """Check ``judged``, the guard's result for ``solution`` (judged here when None)."""
+    """Check ``judged``, the guard's result for ``solution`` to come (judged here when None;
+    ``result()`` raises what the guard raised)."""
     workloads = _smallest_workloads(_problem(problem_name))
-    if isinstance(judged, Exception):
-        raise judged
     if judged is None:
         _, guard = guards(problem_name, device, timeout, strict)
-        judged = guard.evaluate(solution, workloads=workloads)
-    result = judged
+        result = guard.evaluate(solution, workloads=workloads)
+    else:
+        result = judged.result()
     assert sorted(t.workload.uuid for t in result.traces) == sorted(w.uuid for w in workloads)
     for trace in result.traces:
         ev = trace.evaluation
