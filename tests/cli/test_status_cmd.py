@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from orchestration.fake_guard import FakeGuard
 from orchestration.test_loop_fast import PROBLEM, composed_or_reference, split
 from report.test_report_handover import finished_run
@@ -69,3 +70,14 @@ def test_status_of_a_running_run(tmp_path: Path) -> None:
     print_status(summary, console)
     text = console.export_text()
     assert "running after 2 min 05 s" in text and "the run is still going" in text, text
+
+
+def test_status_names_the_command_as_the_user_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stopped run's advice names ``./ka`` when the CLI was started by ``./ka``."""
+    monkeypatch.setenv("KERNELARC_PROG", "./ka")
+    summary = {"problem": "p", "agents": [], "best": None, "state": "stopped", "elapsed_s": 5}
+    console = Console(record=True, width=200)
+    print_status(summary, console)
+    text = console.export_text()
+    assert "`./ka optimize PROBLEM_DIR --run-dir RUN_DIR --resume`" in text, text
+    assert "kernelarc optimize" not in text, text

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
 
+from kernelarc.cli.console import console
 from kernelarc.proposers.registry import describe
 
 
@@ -15,4 +15,4 @@ def agents_command() -> None:
     table.add_column("what it does")
     for name, text in describe():
         table.add_row(name, text)
-    Console().print(table)
+    console().print(table)

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kernelarc.cli.console import console
 from kernelarc.guard.config import GuardConfig
 from kernelarc.guard.evaluator import NOT_RUN, Guard
 from kernelarc.guard.footprint import device_warnings
@@ -149,7 +150,7 @@ def eval_command(
 ) -> None:
     """Judge SOLUTION on PROBLEM_DIR: correctness (official rules and extra defences),
     timing, reward-hack checks. Exit code 0 only when every workload passed."""
-    err = Console(stderr=True, soft_wrap=True)
+    err = console(stderr=True)
     if baseline not in ("eager", "compile", "leaderboard"):
         err.print(f"[red]error:[/] --baseline {baseline!r}: use eager, compile or leaderboard")
         raise typer.Exit(2)
@@ -241,9 +242,7 @@ def _run(
     if not as_json:
         bounds = _bounds(problem, chosen, dev, profile, err)
         scores = _scores(problem, result, bounds, baseline, err)
-        out = Console()
-        if not out.is_terminal:
-            out = Console(width=160)
+        out = console()
         ids = short_ids([w.uuid for w in problem.workloads])
         _table(result, bounds, scores, baseline, ids, out)
     passed = sum(1 for t in result.traces if t.evaluation and t.evaluation.status.value == "PASSED")

@@ -43,6 +43,7 @@ SEED_AGENT = "seed"
 
 _SHOWN = {
     "evaluated",
+    "reference_broken",
     "incumbent",
     "draft",
     "draft_requested",
@@ -179,7 +180,8 @@ def optimize_command(
         bool,
         typer.Option(
             "--no-reference-fallback",
-            help="return the best candidate even when the reference itself is faster",
+            help="hand over the best candidate even when none is significantly faster than the "
+            "reference",
         ),
     ] = False,
     no_confirm: Annotated[

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
+from kernelarc.cli.console import console
 from kernelarc.report import write_report
 
 
@@ -27,7 +27,7 @@ def report_command(
     """Write a run's report: the solution and its per-workload results, every judged
     candidate in order, the lessons learned, and the trajectory as a picture beside it."""
     written = write_report(run_dir, output)
-    err = Console(stderr=True, soft_wrap=True)
+    err = console(stderr=True)
     if written.note:
         err.print(f"[yellow]{escape(written.note)}[/]")
     typer.echo(str(written.report))

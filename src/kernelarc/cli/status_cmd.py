@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kernelarc.cli.console import console
+from kernelarc.env import prog
 from kernelarc.errors import KernelArcError
 from kernelarc.orchestration.finish import NO_GAIN, run_status
 from kernelarc.store.sqlite import SQLiteStore
@@ -38,7 +40,7 @@ def print_status(summary: dict[str, Any], console: Console) -> None:
     if broken:
         console.print(
             f"[red]the reference is broken: {escape(str(broken))}[/] (it fails on every "
-            "screened workload; fix the problem's reference, `kernelarc eval PROBLEM_DIR` "
+            f"screened workload; fix the problem's reference, `{prog()} eval PROBLEM_DIR` "
             "runs it, and run again)"
         )
     best = summary.get("best")
@@ -46,7 +48,7 @@ def print_status(summary: dict[str, Any], console: Console) -> None:
     if judged and best:
         console.print(
             f"[yellow]judged on {len(judged)} workloads only (--workloads): check the others "
-            f"with `kernelarc eval PROBLEM_DIR --solution {escape(str(best['path']))}`[/]"
+            f"with `{prog()} eval PROBLEM_DIR --solution {escape(str(best['path']))}`[/]"
         )
     if best:
         _print_best(best, console)
@@ -55,7 +57,7 @@ def print_status(summary: dict[str, Any], console: Console) -> None:
     elif summary.get("state") == "stopped":
         console.print(
             "[yellow]no solution handed over: the run stopped before its end (killed, or "
-            "cut); `kernelarc optimize PROBLEM_DIR --run-dir RUN_DIR --resume` finishes it[/]"
+            f"cut); `{prog()} optimize PROBLEM_DIR --run-dir RUN_DIR --resume` finishes it[/]"
         )
     elif not broken:
         console.print("[red]no solution passed the full protocol[/]")
@@ -135,4 +137,4 @@ def status_command(
     if json_out:
         typer.echo(json.dumps(summary, indent=2))
     else:
-        print_status(summary, Console())
+        print_status(summary, console())
