@@ -5,12 +5,14 @@ the guard itself is ``evaluator.py``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelarc.errors import KernelArcError
+from kernelarc.guard.messages import TimeRequest
 from kernelarc.guard.verdict import WorkloadOutcome
-from kernelarc.problem.schema import Trace
+from kernelarc.problem.schema import Trace, Workload
 
 
 class GuardConfig(BaseModel):
@@ -79,6 +81,21 @@ class GuardConfig(BaseModel):
     namespaces (see ``Guard._isolation_of``). Where the driver refuses, the guard falls back
     to files for its lifetime and says so in the workload's notes (docs/GUARD.md)."""
     cache_dir: Path | None = None
+
+    def time_request(self, workload: Workload, seeds: list[int], **extra: Any) -> TimeRequest:
+        """A timing request with this configuration's protocol (warm-up, timed calls and
+        their limits, pool sets); ``extra`` sets the request's other fields."""
+        return TimeRequest(
+            workload=workload,
+            seeds=seeds,
+            warmup=self.warmup,
+            iterations=self.iterations,
+            min_timed_ms=self.min_timed_ms,
+            max_iterations=self.max_iterations,
+            max_timed_ms=self.max_timed_ms,
+            pool_sets=self.pool_sets,
+            **extra,
+        )
 
 
 class EvalResult(BaseModel):

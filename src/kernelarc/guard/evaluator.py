@@ -56,7 +56,6 @@ from kernelarc.guard.messages import (
     ReferenceSetup,
     ReferenceTimed,
     ReleaseRequest,
-    TimeRequest,
     decode,
 )
 from kernelarc.guard.noise import Decision
@@ -472,15 +471,9 @@ class Guard:
             timed, note = self._time_as_candidate(wl, seeds, deadline, cfg, one_sample)
         if timed is None:
             ref = self.reference()
-            request = TimeRequest(
-                workload=wl,
-                seeds=seeds,
-                warmup=cfg.warmup,
-                iterations=cfg.iterations,
-                min_timed_ms=cfg.min_timed_ms,
-                max_iterations=cfg.max_iterations,
-                max_timed_ms=cfg.max_timed_ms,
-                pool_sets=cfg.pool_sets,
+            request = cfg.time_request(
+                wl,
+                seeds,
                 compiled=compiled,
                 cupti=self._use_cupti,
             )
@@ -519,15 +512,9 @@ class Guard:
         timer.settings = self.settings(cfg)
         exchange = self.tmp / "reference-timing"  # its sampled outputs, never judged
         exchange.mkdir(exist_ok=True)
-        request = TimeRequest(
-            workload=wl,
-            seeds=seeds,
-            warmup=cfg.warmup,
-            iterations=cfg.iterations,
-            min_timed_ms=cfg.min_timed_ms,
-            max_iterations=cfg.max_iterations,
-            max_timed_ms=cfg.max_timed_ms,
-            pool_sets=cfg.pool_sets,
+        request = cfg.time_request(
+            wl,
+            seeds,
             one_sample=one,
             exchange_dir=str(exchange),
             ipc=timer.settings.gpu_exchange,

@@ -46,7 +46,6 @@ from kernelarc.guard.messages import (
     Reply,
     Request,
     RunRequest,
-    TimeRequest,
     ViolationReport,
     Warmed,
     WarmRequest,
@@ -508,15 +507,9 @@ class CandidateSession:
             derive_seed(cfg.seed, uuid, POOL_ROUND_BASE + i)
             for i in range(cfg.warmup + cfg.iterations)
         ]
-        request = TimeRequest(
-            workload=wl,
-            seeds=seeds,
-            warmup=cfg.warmup,
-            iterations=cfg.iterations,
-            min_timed_ms=cfg.min_timed_ms,
-            max_iterations=cfg.max_iterations,
-            max_timed_ms=cfg.max_timed_ms,
-            pool_sets=cfg.pool_sets,
+        request = cfg.time_request(
+            wl,
+            seeds,
             one_sample=one,
             exchange_dir=str(self.guard.tmp),
             ipc=self.settings.gpu_exchange,
