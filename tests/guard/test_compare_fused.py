@@ -127,13 +127,13 @@ def test_can_fuse_refuses_what_the_kernel_does_not_take() -> None:
         ft(x, x, 0.1, 1e-50)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 @pytest.mark.parametrize("n", [5000, (1 << 20) + 17])
 def test_on_the_gpu_the_kernel_rounds_as_the_torch_path(n: int) -> None:
     assert all_differences(n, "cuda") == []
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_check_output_takes_the_fused_path_on_large_cuda_chunks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -30,7 +30,7 @@ from kernelarc.problem.loader import load_problem
 from kernelarc.problem.schema import Solution
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA torch and a GPU")
+needs_cuda = pytest.mark.gpu
 
 
 def test_pool_is_one_set_when_a_second_would_take_half_the_free_memory(

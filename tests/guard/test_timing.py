@@ -177,7 +177,6 @@ def test_placed_leaves_cpu_tensors_and_scalars_alone() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_placed_small_cuda_tensors_get_pages_of_their_own() -> None:
     small = [torch.randn(1000, device="cuda") for _ in range(8)]
     large = torch.empty(PLACEMENT_BYTES, dtype=torch.uint8, device="cuda")
@@ -228,7 +227,6 @@ def test_the_cpu_flush_writes_one_buffer_every_time() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_the_cuda_flush_rotates_its_windows_and_what_stays_in_l2() -> None:
     f = Flusher(torch.device("cuda"))
     l2 = torch.cuda.get_device_properties(0).L2_cache_size

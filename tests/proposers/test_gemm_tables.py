@@ -394,7 +394,7 @@ def test_state_round_trip_and_bad_state(problem: Problem) -> None:
 # ---------------------------------------------------------------- CUDA end to end
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and TunableOp")
+@pytest.mark.gpu
 def test_tunes_and_passes_the_guard_on_cuda(problem: Problem, tmp_path: Path) -> None:
     agent = GemmTablesAgent(problem, timeout_s=300)
     proposal = agent.propose(make_context(problem, "cuda", agent))
@@ -439,7 +439,7 @@ def run(*args):
 """
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA and TunableOp")
+@pytest.mark.gpu
 def test_a_workload_over_the_memory_cap_fails_to_tune_and_the_rest_go_on(
     problem: Problem, tmp_path: Path
 ) -> None:

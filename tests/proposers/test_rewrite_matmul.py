@@ -136,7 +136,6 @@ def test_the_agent_proposes_the_family_on_cuda_only() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="mm/bmm out_dtype need CUDA")
 @pytest.mark.parametrize(
     "body",
     [

@@ -300,7 +300,7 @@ def test_cudagraph_agent_concludes_and_round_trips(rms: Problem, rms_guard: Guar
 # ------------------------------------------------------------------------------ CUDA
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 @pytest.mark.parametrize("file", ["solution_triton.json", "solution_pytorch.json", None])
 def test_graphs_pass_the_guard_on_cuda(rms: Problem, file: str | None, tmp_path: Path) -> None:
     base = example_solution(rms, file) if file else reference_solution_of(rms)
