@@ -345,6 +345,7 @@ def _optimize(
                     "[yellow]--workloads is not this run's: a resumed run judges the workloads "
                     "it started with[/]"
                 )
+            _seed_config(config, bool(seeds), resume)  # the same seed files, or a refusal
             finished = _finished(store)
             if finished is not None:
                 err.print(
