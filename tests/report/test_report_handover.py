@@ -2,7 +2,7 @@
 fake_guard.py``) with a real SQLite store: the reference handed back says no candidate was
 significantly faster, a handed-over candidate is named with its agent, its figure and its
 slower workloads, a broken reference says so, the picture marks the hand-over, and
-``report -o X.md`` draws ``X.png``."""
+``report -o X.md`` writes its picture to ``X.png``."""
 
 from __future__ import annotations
 
@@ -83,7 +83,8 @@ def test_a_broken_reference_is_reported_as_broken(tmp_path: Path) -> None:
 
 
 def test_report_output_elsewhere_draws_its_own_picture(tmp_path: Path) -> None:
-    """``-o X.md`` draws ``X.png``: a ``trajectory.png`` already beside it is left alone."""
+    """``-o X.md`` writes its picture to ``X.png``; a ``trajectory.png`` beside it is left
+    alone."""
     guard = FakeGuard(PROBLEM, script={"rms_o": 0.5})
     run_dir = finished_run(tmp_path / "run", guard, "o")
     elsewhere = tmp_path / "out"

@@ -49,8 +49,8 @@ def reserve(state: RunState, config: RunConfig, problem: Problem) -> float:
     one, see ``compose.COMPOSE_MARGIN``), the longest judgement (screening and full stage)
     among them, the likeliest cost of judging the composition; and for the confirmation of
     the board's best incumbent (``confirm.py``), ``FRESH_SLOWER`` times its own judgement's
-    time, when that solution can draw at run time (``confirm.draws_at_run_time``). Without
-    a time limit, nothing."""
+    time, when that solution compiles or autotunes on its first call
+    (``confirm.draws_at_run_time``). Without a time limit, nothing."""
     if config.time_limit_s is None:
         return 0.0
     best = state.board.best() if config.confirm else None
